@@ -1,0 +1,1 @@
+"""Policy I/O: the one prompt renderer, the one response parser, the output grammar, and engines."""
