@@ -15,6 +15,7 @@ class GenerationRequest:
     top_p: float = 1.0
     seed: int | None = None
     request_id: str | None = None
+    timeout_s: float | None = None    # per-request deadline (EngineTimeout); None = the engine's default
 
 
 @dataclass(frozen=True)
