@@ -1,0 +1,89 @@
+"""The FastAPI application: `create_app(settings, engine)`."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from service import __version__
+from service.api import errors
+from service.api.routes import banks, health, sessions
+from service.banks import BankService
+from service.policy.engines.base import Engine
+from service.sessions import SessionService
+from service.settings import Settings
+from service.store.docs import DocStore
+
+log = logging.getLogger("evoharness")
+
+
+def connect_redis(settings: Settings):
+    if settings.redis_url is None:
+        raise RuntimeError("REDIS_URL is not set (evoharness serve starts a private redis-server when it is unset)")
+    kw = dict(socket_timeout=5, socket_connect_timeout=2, health_check_interval=10)
+    if settings.redis_cluster:
+        from redis.asyncio.cluster import RedisCluster
+
+        return RedisCluster.from_url(settings.redis_url, **kw)
+    from redis.asyncio import Redis
+
+    return Redis.from_url(settings.redis_url, **kw)
+
+
+def build_engine(settings: Settings) -> Engine:
+    from service.policy.engines.factory import make_engine
+
+    return make_engine(settings.engine, settings=settings)
+
+
+class BodyLimit:
+    """413 for bodies whose Content-Length exceeds the limit (before they are read)."""
+
+    def __init__(self, app, limit: int):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            for k, v in scope.get("headers", []):
+                if k == b"content-length" and v.isdigit() and int(v) > self.limit:
+                    resp = errors.problem(413, "Request too large",
+                                          f"body has {int(v)} bytes; limit {self.limit}")
+                    await resp(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
+
+
+def create_app(settings: Settings | None = None, engine: Engine | None = None) -> FastAPI:
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        r = connect_redis(settings)
+        eng = engine or build_engine(settings)
+        await eng.start()
+        bank_docs = DocStore(r, settings.namespace, "b")
+        app.state.banks = BankService(bank_docs, cap=settings.bank_cap, lease_ms=settings.step_lease_ms)
+        app.state.sessions = SessionService(settings, DocStore(r, settings.namespace, "s"), app.state.banks, eng)
+        log.info("evoharness ready: engine=%s model=%s", settings.engine, eng.model_id)
+        try:
+            yield
+        finally:
+            if engine is None:
+                await eng.close()
+            await r.aclose()
+
+    app = FastAPI(
+        title="EvoHarness",
+        version=__version__,
+        description="Serve a trained harness policy: one `step` call per environment step.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    errors.install(app)
+    app.include_router(sessions.router)
+    app.include_router(banks.router)
+    app.include_router(health.router)
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    return app

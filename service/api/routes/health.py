@@ -1,0 +1,45 @@
+"""/healthz (process up), /readyz (Redis and engine), /metrics (Prometheus)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+from service import metrics
+from service.api.deps import SessionsDep
+from service.api.errors import problem
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+async def healthz():
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+async def readyz(request: Request, sessions: SessionsDep):
+    checks = {}
+    try:
+        checks["redis"] = bool(await sessions.docs.r.ping())
+    except Exception as e:  # noqa: BLE001 - any failure means not ready
+        checks["redis"] = False
+        checks["redis_error"] = type(e).__name__
+    try:
+        checks["engine"] = bool(await sessions.engine.ready())
+    except Exception as e:  # noqa: BLE001
+        checks["engine"] = False
+        checks["engine_error"] = type(e).__name__
+    if checks["redis"] and checks["engine"]:
+        return {"status": "ready", "model": sessions.engine.model_id, **checks}
+    return problem(503, "Not ready", f"checks: {checks}", checks=checks)
+
+
+@router.get("/metrics")
+async def prometheus_metrics(request: Request, sessions: SessionsDep):
+    try:
+        metrics.ACTIVE_SESSIONS.set(await sessions.active_count())
+    except Exception:  # noqa: BLE001 - metrics must render even with Redis down
+        pass
+    registry = getattr(request.app.state, "registry", None) or REGISTRY
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

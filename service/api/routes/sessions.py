@@ -1,0 +1,85 @@
+"""/v1/sessions: create, step, state (time travel), audit, diff, end, delete, controls."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi.responses import StreamingResponse
+
+from service.api.deps import PrincipalDep, SessionsDep
+from service.api.errors import ApiError
+from service.api.schemas import AuditPage, EndIn, SessionControls, SessionCreate, SessionCreated, StepIn, StepOut
+
+router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
+SessionId = Annotated[str, "session id"]
+
+
+@router.post("", status_code=201, response_model=SessionCreated, summary="Start a session")
+async def create_session(body: SessionCreate, sessions: SessionsDep, who: PrincipalDep):
+    return await sessions.create(body, who.tenant, who.key_id)
+
+
+def _if_match(value: str | None) -> int | None:
+    if value is None:
+        return None
+    v = value.strip().strip('"')
+    if not v.isdigit():
+        raise ApiError(400, "Bad If-Match", f"If-Match must be a version number, got {value!r}")
+    return int(v)
+
+
+@router.post("/{session_id}/step", response_model=StepOut, summary="Send an observation, get the next action")
+async def step(
+    session_id: SessionId,
+    body: StepIn,
+    sessions: SessionsDep,
+    who: PrincipalDep,
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+    if_match: Annotated[str | None, Header(alias="If-Match")] = None,
+):
+    if idempotency_key is not None and not (1 <= len(idempotency_key) <= 128):
+        raise ApiError(400, "Bad Idempotency-Key", "Idempotency-Key must be 1-128 characters")
+    return await sessions.step(session_id, body, idem_key=idempotency_key, if_match=_if_match(if_match),
+                               tenant=who.tenant, key_id=who.key_id)
+
+
+@router.get("/{session_id}/state", summary="Current state, or the state at `version` (time travel)")
+async def get_state(session_id: SessionId, sessions: SessionsDep, who: PrincipalDep,
+                    version: Annotated[int | None, Query(ge=0)] = None):
+    return await sessions.state(session_id, version, who.tenant)
+
+
+@router.get("/{session_id}/audit", response_model=AuditPage,
+            summary="Audit events (JSON, or NDJSON with Accept: application/x-ndjson)")
+async def get_audit(request: Request, session_id: SessionId, sessions: SessionsDep, who: PrincipalDep,
+                    after: Annotated[int, Query(ge=0)] = 0, limit: Annotated[int, Query(ge=1, le=1000)] = 100):
+    page = await sessions.audit(session_id, after, limit, who.tenant)
+    if "application/x-ndjson" in request.headers.get("accept", ""):
+        lines = (json.dumps(e) + "\n" for e in page["events"])
+        headers = {"X-Next-After": str(page["next"])} if page["next"] is not None else {}
+        return StreamingResponse(lines, media_type="application/x-ndjson", headers=headers)
+    return page
+
+
+@router.get("/{session_id}/diff", summary="JSON Patch turning version `from` into version `to`")
+async def get_diff(session_id: SessionId, sessions: SessionsDep, who: PrincipalDep,
+                   from_: Annotated[int, Query(alias="from", ge=0)], to: Annotated[int, Query(ge=0)]):
+    return await sessions.diff(session_id, from_, to, who.tenant)
+
+
+@router.post("/{session_id}/end", summary="Finish the episode; its evidence goes to the bank")
+async def end(session_id: SessionId, body: EndIn, sessions: SessionsDep, who: PrincipalDep):
+    return await sessions.end(session_id, body.won, who.tenant, who.key_id)
+
+
+@router.delete("/{session_id}", status_code=204, summary="Delete a session and its audit log")
+async def delete(session_id: SessionId, sessions: SessionsDep, who: PrincipalDep):
+    await sessions.delete(session_id, who.tenant)
+    return Response(status_code=204)
+
+
+@router.patch("/{session_id}/controls", summary="Operator controls: pins, disabled verbs, harness cap")
+async def controls(session_id: SessionId, body: SessionControls, sessions: SessionsDep, who: PrincipalDep):
+    return await sessions.set_controls(session_id, body, who.tenant, who.key_id)

@@ -1,0 +1,47 @@
+"""The one response parser. Every policy output - served, trained on or evaluated - goes through `parse`."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from service.harness.state import VERBS
+
+_RESPONSE = re.compile(r"\s*<think>(?P<think>.*?)</think>\s*<action>(?P<action>.*?)</action>\s*", re.DOTALL)
+_VERB = re.compile(r"(?P<verb>" + "|".join(VERBS) + r")\s*\[(?P<arg>.*)\]", re.DOTALL)
+
+
+class ParseError(ValueError):
+    """The response is not well formed, or names an action that is not allowed."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    kind: str            # "harness" or "env"
+    reason: str
+    action: str          # the env action (kind env) or the verb call text (kind harness)
+    verb: str | None = None
+    arg: str | None = None
+
+
+def parse(text: str, admissible: list[str] | None, verbs: list[str]) -> Decision:
+    """Read `<think>…</think><action>…</action>`.
+
+    A harness verb must be in `verbs` (the verbs allowed this turn); an environment
+    action must be in `admissible` when that list is given.
+    """
+    m = _RESPONSE.fullmatch(text)
+    if m is None:
+        raise ParseError("response is not <think>…</think><action>…</action>")
+    reason, action = m["think"].strip(), m["action"].strip()
+    if not action:
+        raise ParseError("empty action")
+    vm = _VERB.fullmatch(action)
+    if vm is not None:
+        verb, arg = vm["verb"], vm["arg"].strip()
+        if verb not in verbs:
+            raise ParseError(f"harness verb {verb!r} is not allowed now (allowed: {verbs})")
+        return Decision("harness", reason, action, verb, arg)
+    if admissible is not None and action not in admissible:
+        raise ParseError(f"action {action!r} is not admissible")
+    return Decision("env", reason, action)

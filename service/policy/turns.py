@@ -1,0 +1,118 @@
+"""The turn loop of one environment step: harness turns until the policy emits an env action.
+
+Pure except for the engine call, so the service (over Redis) and training/evaluation
+(in memory) run exactly the same loop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from service.domains.base import Domain
+from service.harness import allowed_verbs, apply_env_action, apply_verb
+from service.harness.experience import top_k_entries
+from service.harness.ops import HarnessError, remaining_budget
+from service.policy.engines.base import Engine, GenerationRequest
+from service.policy.grammar import max_tokens_for, response_regex
+from service.policy.parse import ParseError, parse
+from service.policy.render import render_prompt, view_of
+
+
+class PolicyOutputError(RuntimeError):
+    """The engine kept producing unparseable output (only possible without a grammar-capable engine)."""
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    max_invalid: int = 2       # unparseable outputs tolerated per step before giving up
+    experience_k: int = 3      # entries in the always_on Experience panel and per recall
+
+
+@dataclass
+class Turn:
+    kind: str                  # "harness" | "env"
+    verb: str | None
+    arg: str | None            # verb argument, or the env action
+    reason: str
+    result: str | None         # harness result text; None for env turns
+    state: dict                # state after this turn
+    prompt_tokens: int
+    completion_tokens: int
+    seconds: float
+    model: str
+    prompt_hash: str
+    raw: str = ""
+
+    def public(self) -> dict:
+        return {"kind": self.kind, "verb": self.verb, "arg": self.arg, "reason": self.reason, "result": self.result}
+
+
+@dataclass
+class StepOutcome:
+    action: str
+    turns: list[Turn]
+    invalid_outputs: int = 0
+    prompts: list[str] = field(default_factory=list)
+
+    @property
+    def state(self) -> dict:
+        return self.turns[-1].state
+
+    @property
+    def harness_calls(self) -> int:
+        return sum(t.kind == "harness" for t in self.turns)
+
+
+async def run_step(
+    state: dict,
+    domain: Domain,
+    engine: Engine,
+    *,
+    bank_entries: dict | None = None,
+    bank_controls: dict | None = None,
+    sampling: Sampling = Sampling(),
+) -> StepOutcome:
+    """`state` must already hold this step's observation (see `harness.observe`)."""
+    if state["status"] != "active":
+        raise HarnessError(f"session is {state['status']}")
+    rem = remaining_budget(state)
+    if rem is not None and rem < 1:
+        raise HarnessError(f"step budget of {state['budget']['max_steps']} is spent")
+    entries = bank_entries or {}
+    s, turns, prompts, invalid = state, [], [], 0
+    while True:
+        verbs = allowed_verbs(s, bank_controls)
+        panel = []
+        if s["mode"] == "always_on" and s["modules"]["experience"]:
+            panel = top_k_entries(entries, s["task"], sampling.experience_k)
+        prompt = render_prompt(view_of(s, verbs, panel))
+        prompts.append(prompt)
+        gen = await engine.generate(GenerationRequest(
+            prompt=prompt,
+            regex=response_regex(s["admissible"], verbs),
+            max_tokens=max_tokens_for(s["admissible"], verbs),
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            seed=sampling.seed,
+        ))
+        try:
+            d = parse(gen.text, s["admissible"], verbs)
+        except ParseError:
+            invalid += 1
+            if invalid > sampling.max_invalid:
+                raise PolicyOutputError(f"{invalid} unparseable outputs in one step; last: {gen.text[:200]!r}")
+            continue
+        phash = hashlib.sha256(prompt.encode()).hexdigest()[:16]
+        common = dict(prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens,
+                      seconds=gen.seconds, model=gen.model, prompt_hash=phash, raw=gen.text)
+        if d.kind == "harness":
+            s, result = apply_verb(s, domain, d.verb, d.arg, entries, recall_k=sampling.experience_k)
+            turns.append(Turn("harness", d.verb, d.arg, d.reason, result, s, **common))
+            continue
+        s = apply_env_action(s, d.action)
+        turns.append(Turn("env", None, d.action, d.reason, None, s, **common))
+        return StepOutcome(action=d.action, turns=turns, invalid_outputs=invalid, prompts=prompts)

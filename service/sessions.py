@@ -1,0 +1,351 @@
+"""Session use-cases: create, step, end, controls, time travel. Routes stay thin and call these."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+import uuid
+
+import jsonpatch
+
+from service import audit as audit_log
+from service.audit import make_event, patch
+from service import metrics
+from service.api.errors import ApiError
+from service.banks import BankService
+from service.bank.evolver import entity_type
+from service.domains import get_domain
+from service.harness import new_state, observe
+from service.harness.ops import HarnessError
+from service.policy.engines.base import Engine, EngineTimeout
+from service.policy.grammar import is_safe_action
+from service.policy.turns import PolicyOutputError, Sampling, run_step
+from service.settings import Settings
+from service.store.docs import DocGone, DocStore, VersionConflict
+
+
+
+
+
+
+def not_found(session_id: str) -> ApiError:
+    return ApiError(404, "Session not found", f"no session {session_id!r}")
+
+
+class SessionService:
+    def __init__(self, settings: Settings, docs: DocStore, banks: BankService, engine: Engine):
+        self.settings, self.docs, self.banks, self.engine = settings, docs, banks, engine
+        self.active_key = f"{settings.namespace}:active"
+
+    # ---- create -------------------------------------------------------------------
+    async def create(self, body, tenant: str = "default", key_id: str | None = None) -> dict:
+        s = self.settings
+        if len(body.task) > s.max_task_chars:
+            raise ApiError(422, "Task too long", f"task has {len(body.task)} characters; limit {s.max_task_chars}",
+                           errors=[{"field": "task", "message": f"at most {s.max_task_chars} characters"}])
+        if body.max_steps is not None and body.max_steps > s.max_steps_limit:
+            raise ApiError(422, "Invalid request", f"max_steps above the limit {s.max_steps_limit}",
+                           errors=[{"field": "max_steps", "message": f"at most {s.max_steps_limit}"}])
+        try:
+            domain = get_domain(body.domain)
+        except KeyError as e:
+            raise ApiError(422, "Unknown domain", str(e.args[0]),
+                           errors=[{"field": "domain", "message": str(e.args[0])}]) from None
+        state = new_state(
+            task=body.task, domain=body.domain, mode=body.mode, bank=body.bank,
+            initial_belief=domain.initial_belief(body.task),
+            modules=body.modules, harness_cap=s.harness_cap if body.harness_cap is None else body.harness_cap,
+            max_steps=body.max_steps, metadata=body.metadata,
+        )
+        state["belief"]["task_type"] = domain.task_type(body.task)
+        await self.banks.ensure(body.bank, tenant)
+        sid = uuid.uuid4().hex
+        meta = {"tenant": tenant, "bank": body.bank, "domain": body.domain, "mode": body.mode,
+                "created_by": key_id or ""}
+        await self.docs.create(sid, state, meta, ttl=s.session_ttl_s)
+        await self.docs.r.zadd(self.active_key, {sid: time.time() + s.session_ttl_s})
+        return {"session_id": sid, "version": 0}
+
+    async def _meta(self, sid: str, tenant: str) -> dict:
+        try:
+            meta = await self.docs.meta(sid)
+        except DocGone:
+            raise not_found(sid) from None
+        if meta.get("tenant", "default") != tenant:
+            raise not_found(sid)
+        return meta
+
+    # ---- step ---------------------------------------------------------------------
+    def _check_step(self, body) -> None:
+        s = self.settings
+        if len(body.observation) > s.max_observation_chars:
+            raise ApiError(413, "Observation too large",
+                           f"observation has {len(body.observation)} characters; limit {s.max_observation_chars}")
+        adm = body.admissible_actions
+        if adm is not None:
+            if not adm and not body.done:
+                raise ApiError(422, "Invalid request", "admissible_actions is empty",
+                               errors=[{"field": "admissible_actions", "message": "give at least one action or null"}])
+            if len(adm) > s.max_admissible:
+                raise ApiError(422, "Too many admissible actions", f"{len(adm)} actions; limit {s.max_admissible}",
+                               errors=[{"field": "admissible_actions", "message": f"at most {s.max_admissible}"}])
+            for i, a in enumerate(adm):
+                if not is_safe_action(a) or len(a) > s.max_action_chars:
+                    raise ApiError(422, "Invalid admissible action",
+                                   f"admissible_actions[{i}] must be 1-{s.max_action_chars} printable ASCII characters "
+                                   "without '<' or '>'",
+                                   errors=[{"field": f"admissible_actions.{i}", "message": "not a valid action"}])
+
+    async def step(self, sid: str, body, *, idem_key: str | None, if_match: int | None,
+                   tenant: str = "default", key_id: str | None = None) -> dict:
+        t0 = time.perf_counter()
+        self._check_step(body)
+        req_hash = hashlib.sha256(body.model_dump_json().encode()).hexdigest()
+        if idem_key:
+            replay = await self._replay(sid, idem_key, req_hash, tenant)
+            if replay is not None:
+                return replay
+        meta = await self._meta(sid, tenant)
+        token = await self.docs.acquire(sid, self.settings.step_lease_ms)
+        if token is None:
+            metrics.STEPS.labels("conflict").inc()
+            raise ApiError(409, "Step in progress", "another step of this session is running",
+                           version=int(meta["version"]))
+        try:
+            if idem_key:  # a same-key request may have committed while we waited for the lease
+                replay = await self._replay(sid, idem_key, req_hash, tenant)
+                if replay is not None:
+                    return replay
+            return await self._step_locked(sid, body, token, idem_key, req_hash, if_match, key_id, t0)
+        finally:
+            await asyncio.shield(self.docs.release(sid, token))
+
+    async def _replay(self, sid: str, idem_key: str, req_hash: str, tenant: str) -> dict | None:
+        stored = await self.docs.get_idem(sid, idem_key)
+        if stored is None:
+            return None
+        await self._meta(sid, tenant)
+        if stored["request_hash"] != req_hash:
+            raise ApiError(422, "Idempotency-Key reused",
+                           "this Idempotency-Key was used with a different request body")
+        metrics.STEPS.labels("replay").inc()
+        return stored["body"]
+
+    async def _step_locked(self, sid, body, token, idem_key, req_hash, if_match, key_id, t0) -> dict:
+        try:
+            loaded = await self.docs.load(sid)
+        except DocGone:
+            raise not_found(sid) from None
+        v0, state = loaded.version, loaded.state
+        if if_match is not None and if_match != v0:
+            metrics.STEPS.labels("conflict").inc()
+            raise ApiError(409, "Version mismatch", f"If-Match {if_match} but the session is at version {v0}",
+                           version=v0)
+        if state["status"] != "active":
+            raise ApiError(409, "Session is over", f"session is {state['status']}", version=v0)
+        if state["done"]:
+            raise ApiError(409, "Episode is done", "the episode was reported done; end the session", version=v0)
+        domain = get_domain(state["domain"])
+        observed = observe(state, domain, body.observation, body.admissible_actions, body.won, body.done)
+        common = {"key_id": key_id}
+        events = [make_event(v0 + 1, "observe", state, observed, result=body.observation[:200], **common)]
+        turns, action, model_s = [], None, 0.0
+        final = observed
+        if not body.done:
+            bank = await self.banks.read(state["bank"])
+            sampling = Sampling(self.settings.temperature, self.settings.top_p, self.settings.seed,
+                                experience_k=self.settings.recall_k)
+            try:
+                outcome = await asyncio.wait_for(
+                    run_step(observed, domain, self.engine, bank_entries=bank["entries"],
+                             bank_controls=bank["controls"], sampling=sampling),
+                    timeout=self.settings.engine_timeout_s * 4,
+                )
+            except asyncio.TimeoutError:
+                raise EngineTimeout(f"step took over {self.settings.engine_timeout_s * 4:.0f} s") from None
+            except HarnessError as e:
+                raise ApiError(409, "Step not allowed", str(e), version=v0) from None
+            except PolicyOutputError as e:
+                metrics.INVALID_OUTPUTS.inc()
+                raise ApiError(502, "Invalid policy output", str(e)) from None
+            if outcome.invalid_outputs:
+                metrics.INVALID_OUTPUTS.inc(outcome.invalid_outputs)
+            prev = observed
+            for t in outcome.turns:
+                usage = {"prompt_tokens": t.prompt_tokens, "completion_tokens": t.completion_tokens,
+                         "seconds": round(t.seconds, 6)}
+                events.append(make_event(v0 + 1 + len(events), t.kind, prev, t.state, verb=t.verb, arg=t.arg,
+                                     reason=t.reason, result=t.result, usage=usage, model=t.model,
+                                     prompt_hash=t.prompt_hash, **common))
+                prev = t.state
+                model_s += t.seconds
+            turns, action, final = outcome.turns, outcome.action, outcome.state
+        harness_calls = sum(t.kind == "harness" for t in turns)
+        body_out = {
+            "action": action,
+            "turns": [t.public() for t in turns],
+            "version": v0 + len(events),
+            "usage": {
+                "prompt_tokens": sum(t.prompt_tokens for t in turns),
+                "completion_tokens": sum(t.completion_tokens for t in turns),
+                "harness_calls": harness_calls,
+                "model_seconds": round(model_s, 6),
+                "total_seconds": round(time.perf_counter() - t0, 6),
+            },
+        }
+        idem_value = json.dumps({"request_hash": req_hash, "body": body_out}) if idem_key else None
+        ts = time.perf_counter()
+        state_json = json.dumps(final, separators=(",", ":"))
+        try:
+            await self.docs.commit(sid, v0, state_json, events, lease_token=token, idem_key=idem_key,
+                                   idem_value=idem_value, idem_ttl=self.settings.idempotency_ttl_s,
+                                   ttl=self.settings.session_ttl_s)
+        except VersionConflict as e:
+            metrics.STEPS.labels("conflict").inc()
+            raise ApiError(409, "Version conflict", str(e), version=e.current) from None
+        except DocGone:
+            raise not_found(sid) from None
+        store_s = time.perf_counter() - ts
+        self._observe_metrics(turns, final, model_s, store_s, time.perf_counter() - t0, len(state_json))
+        return body_out
+
+    def _observe_metrics(self, turns, final, model_s, store_s, total_s, state_bytes) -> None:
+        metrics.STEPS.labels("ok").inc()
+        n_harness = 0
+        bucket = metrics.position_bucket(final["budget"]["env_steps"])
+        for t in turns:
+            metrics.TURNS.labels(t.kind).inc()
+            purpose = "harness" if t.kind == "harness" else "env"
+            metrics.TOKENS.labels("prompt", purpose).inc(t.prompt_tokens)
+            metrics.TOKENS.labels("completion", purpose).inc(t.completion_tokens)
+            if t.kind == "harness":
+                n_harness += 1
+                outcome = "empty" if (t.result or "").startswith(("no belief", "no experience")) else "ok"
+                metrics.HARNESS_CALLS.labels(t.verb, outcome).inc()
+                metrics.HARNESS_CALL_SECONDS.labels(t.verb).observe(t.seconds)
+                metrics.HARNESS_BY_POSITION.labels(bucket, t.verb).inc()
+        if turns:
+            metrics.HARNESS_PER_STEP.observe(n_harness)
+        metrics.STEP_SECONDS.labels("model").observe(model_s)
+        metrics.STEP_SECONDS.labels("store").observe(store_s)
+        metrics.STEP_SECONDS.labels("total").observe(total_s)
+        metrics.STATE_BYTES.observe(state_bytes)
+
+    # ---- end / delete --------------------------------------------------------------
+    async def end(self, sid: str, won: bool, tenant: str = "default", key_id: str | None = None) -> dict:
+        await self._meta(sid, tenant)
+        token = await self.docs.acquire(sid, self.settings.step_lease_ms)
+        if token is None:
+            raise ApiError(409, "Step in progress", "another request holds this session")
+        try:
+            loaded = await self.docs.load(sid)
+            state = loaded.state
+            if state["status"] == "ended":
+                return {"version": loaded.version, "status": "ended", "won": state["won"]}
+            await self.banks.add_evidence(state["bank"], sid, evidence_of(state, won))
+            ended = {**state, "status": "ended", "won": won}
+            ev = make_event(loaded.version + 1, "end", state, ended, result="won" if won else "lost", key_id=key_id)
+            v = await self.docs.commit(sid, loaded.version, ended, [ev], lease_token=token,
+                                       ttl=self.settings.session_ttl_s)
+            await self.docs.r.zrem(self.active_key, sid)
+            return {"version": v, "status": "ended", "won": won}
+        finally:
+            await self.docs.release(sid, token)
+
+    async def delete(self, sid: str, tenant: str = "default") -> None:
+        await self._meta(sid, tenant)
+        await self.docs.delete(sid)
+        await self.docs.r.zrem(self.active_key, sid)
+
+    async def active_count(self) -> int:
+        await self.docs.r.zremrangebyscore(self.active_key, "-inf", time.time())
+        return int(await self.docs.r.zcard(self.active_key))
+
+    # ---- read side -----------------------------------------------------------------
+    async def state(self, sid: str, version: int | None, tenant: str = "default") -> dict:
+        meta = await self._meta(sid, tenant)
+        current = int(meta["version"])
+        if version is None:
+            loaded = await self.docs.load(sid)
+            return {"session_id": sid, "version": loaded.version, "state": loaded.state}
+        if version < 0 or version > current:
+            raise ApiError(404, "Version not found", f"version {version} does not exist (current {current})",
+                           version=current)
+        return {"session_id": sid, "version": version, "state": await self.state_at(sid, version)}
+
+    async def state_at(self, sid: str, version: int) -> dict:
+        doc = await self.docs.init_state(sid)
+        after = 0
+        while after < version:
+            evs = await self.docs.events(sid, after=after, limit=500, upto=version)
+            if not evs:
+                break
+            for ev in evs:
+                doc = jsonpatch.apply_patch(doc, ev["patch"])
+            after = evs[-1]["version"]
+        return doc
+
+    async def audit(self, sid: str, after: int, limit: int, tenant: str = "default") -> dict:
+        await self._meta(sid, tenant)
+        return await audit_log.page(self.docs, sid, after, limit)
+
+    async def diff(self, sid: str, a: int, b: int, tenant: str = "default") -> dict:
+        meta = await self._meta(sid, tenant)
+        current = int(meta["version"])
+        for name, v in (("from", a), ("to", b)):
+            if v < 0 or v > current:
+                raise ApiError(404, "Version not found", f"{name}={v} does not exist (current {current})",
+                               version=current)
+        return {"from": a, "to": b, "patch": patch(await self.state_at(sid, a), await self.state_at(sid, b))}
+
+    # ---- operator controls ---------------------------------------------------------
+    async def set_controls(self, sid: str, body, tenant: str = "default", key_id: str | None = None) -> dict:
+        await self._meta(sid, tenant)
+        token = await self.docs.acquire(sid, self.settings.step_lease_ms)
+        if token is None:
+            raise ApiError(409, "Step in progress", "another request holds this session")
+        try:
+            loaded = await self.docs.load(sid)
+            s = json.loads(json.dumps(loaded.state))
+            c = s["controls"]
+            if body.disabled_verbs is not None:
+                c["disabled_verbs"] = sorted(set(body.disabled_verbs))
+            if body.harness_cap is not None:
+                c["harness_cap"] = body.harness_cap
+            for name, fact in (body.pin_beliefs or {}).items():
+                c["pinned_beliefs"][name] = fact
+                s["belief"].setdefault("entities", {})[name] = fact
+            for name in body.unpin_beliefs or []:
+                c["pinned_beliefs"].pop(name, None)
+            ev = make_event(loaded.version + 1, "control", loaded.state, s, result="controls changed",
+                        arg=body.model_dump_json(exclude_none=True), key_id=key_id)
+            v = await self.docs.commit(sid, loaded.version, s, [ev], lease_token=token,
+                                       ttl=self.settings.session_ttl_s)
+            return {"version": v, "controls": c}
+        finally:
+            await self.docs.release(sid, token)
+
+
+def evidence_of(state: dict, won: bool) -> dict:
+    """What a finished episode teaches the bank (see service.bank.evolver)."""
+    task_words = set(state["task"].lower().replace(",", " ").split())
+    found = []
+    for name, at in state.get("first_seen", {}).items():
+        obj = entity_type(name)
+        if obj in task_words:
+            pair = [obj, entity_type(at)]
+            if pair not in found:
+                found.append(pair)
+    return {
+        "task": state["task"],
+        "task_type": state["belief"].get("task_type"),
+        "won": won,
+        "notes": state["notes"],
+        "recalled": state["recalled"],
+        "found": found,
+        "plan": [g["text"] for g in state["progress"]["subgoals"]],
+        "steps": state["budget"]["used"],
+        "harness_calls": state["budget"]["harness_calls"],
+    }

@@ -1,0 +1,59 @@
+"""All configuration in one pydantic-settings class. Environment variables: EVOHARNESS_<FIELD>
+(upper case), plus REDIS_URL. See the configuration table in README.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_POLICY_DIR = REPO_ROOT / "models" / "default-policy"
+UNTRAINED_DIR = REPO_ROOT / "models" / "untrained-tiny"
+
+
+def default_model_path() -> str:
+    """The shipped trained policy if present, else the tiny untrained model `make` builds."""
+    if (DEFAULT_POLICY_DIR / "config.json").exists():
+        return str(DEFAULT_POLICY_DIR)
+    return str(UNTRAINED_DIR)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="EVOHARNESS_", env_file=None, extra="ignore")
+
+    # storage
+    redis_url: str | None = Field(None, validation_alias=AliasChoices("REDIS_URL", "EVOHARNESS_REDIS_URL"),
+                                  description="redis:// URL; unset = `evoharness serve` starts a private redis-server")
+    redis_cluster: bool = Field(False, description="connect with the Redis Cluster client")
+    namespace: str = Field("evo", description="prefix of every Redis key")
+    session_ttl_s: int = Field(7 * 86400, description="a session's keys expire this long after its last commit")
+    idempotency_ttl_s: int = Field(86400, description="how long a stored step response answers a retry")
+    step_lease_ms: int = Field(120_000, description="single-writer lease per step; expires if a replica dies")
+
+    # engine
+    engine: str = Field("vllm", description="vllm (in-process AsyncLLM) | remote (vLLM servers over HTTP) | scripted")
+    model: str = Field(default_factory=default_model_path, description="model directory (HF format)")
+    adapter: str | None = Field(None, description="optional LoRA adapter directory")
+    remote_urls: list[str] = Field(default_factory=list, description="vLLM server base URLs for engine=remote")
+    max_model_len: int = Field(4096, description="context length given to vLLM")
+    kv_cache_gib: float = Field(1.0, description="KV cache size (CPU build: VLLM_CPU_KVCACHE_SPACE)")
+    enforce_eager: bool = Field(False, description="skip torch.compile (fast start, slower decode)")
+    engine_timeout_s: float = Field(60.0, description="one generation longer than this -> 504")
+
+    # policy
+    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    seed: int | None = None
+    harness_cap: int = Field(3, ge=0, description="default per-step harness-call cap of new sessions")
+    recall_k: int = Field(3, ge=1, le=20, description="entries returned by recall / shown in always_on")
+    bank_cap: int = Field(80, ge=1, description="per-category cap of a new bank")
+
+    # limits (4xx)
+    max_body_bytes: int = Field(256_000, description="larger request bodies -> 413")
+    max_observation_chars: int = Field(16_000, description="larger observations -> 413")
+    max_admissible: int = Field(512, description="more admissible actions -> 422")
+    max_action_chars: int = Field(200, description="longer admissible action -> 422")
+    max_task_chars: int = Field(4_000, description="longer task text -> 422")
+    max_steps_limit: int = Field(10_000, description="largest per-session step budget a client may ask for")

@@ -1,0 +1,251 @@
+"""Versioned JSON documents in Redis: the ONE write path of the service.
+
+A document (a session or an Experience bank) is a family of keys sharing one hash
+tag, so every key of a document lives in one Redis Cluster slot and one Lua script
+can write them all atomically::
+
+    {ns}:{<tag>}:state     current state (JSON string)
+    {ns}:{<tag>}:init      state at version 0 (JSON string), for time travel
+    {ns}:{<tag>}:meta      hash: version, created_at, updated_at, and caller fields
+    {ns}:{<tag>}:events    stream, one entry per committed event, entry id "<version>-1"
+    {ns}:{<tag>}:lock      single-writer lease (token), taken for the duration of a step
+    {ns}:{<tag>}:idem:<k>  stored response for an Idempotency-Key
+    {ns}:{<tag>}:evidence  hash of pending evidence (banks only)
+
+`version` counts committed events: the state at version k is `init` with the patches of
+events 1..k applied. A commit names the version it was computed from; the script
+refuses it if the version moved or the writer lost its lease, and it validates every
+payload before the first write (Redis does not roll back a script that fails midway),
+so a commit lands whole or not at all.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+
+_COMMIT = r"""
+local state_k, meta_k, events_k, lock_k, idem_k, evid_k, init_k = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local expected = tonumber(ARGV[1])
+local token = ARGV[2]
+local new_state = ARGV[3]
+local ttl = tonumber(ARGV[4])
+local idem_val = ARGV[5]
+local idem_ttl = tonumber(ARGV[6])
+local n_events = tonumber(ARGV[7])
+local n_consume = tonumber(ARGV[8])
+local n_meta = tonumber(ARGV[9])
+local now = ARGV[10]
+local cur = redis.call('HGET', meta_k, 'version')
+if not cur then return {'gone', 0} end
+cur = tonumber(cur)
+if cur ~= expected then return {'conflict', cur} end
+if token ~= '' and redis.call('GET', lock_k) ~= token then return {'lease', cur} end
+local i = 11
+local events = {}
+for j = 1, n_events do
+  local e = ARGV[i]; i = i + 1
+  if not pcall(cjson.decode, e) then return {'bad_event', cur} end
+  events[j] = e
+end
+if not pcall(cjson.decode, new_state) then return {'bad_state', cur} end
+local consume = {}
+for j = 1, n_consume do consume[j] = ARGV[i]; i = i + 1 end
+local meta = {'version', tostring(cur + n_events), 'updated_at', now}
+for j = 1, n_meta * 2 do meta[#meta + 1] = ARGV[i]; i = i + 1 end
+for j = 1, n_events do
+  redis.call('XADD', events_k, tostring(cur + j) .. '-1', 'e', events[j])
+end
+redis.call('SET', state_k, new_state)
+redis.call('HSET', meta_k, unpack(meta))
+if idem_val ~= '' then redis.call('SET', idem_k, idem_val, 'EX', idem_ttl) end
+if n_consume > 0 then redis.call('HDEL', evid_k, unpack(consume)) end
+if ttl > 0 then
+  for _, k in ipairs({state_k, meta_k, events_k, init_k}) do redis.call('EXPIRE', k, ttl) end
+end
+return {'ok', cur + n_events}
+"""
+
+_CREATE = r"""
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[3], ARGV[1])
+local meta = {'version', '0', 'created_at', ARGV[3], 'updated_at', ARGV[3]}
+local n = tonumber(ARGV[4])
+for j = 1, n * 2 do meta[#meta + 1] = ARGV[4 + j] end
+redis.call('HSET', KEYS[2], unpack(meta))
+local ttl = tonumber(ARGV[2])
+if ttl > 0 then
+  for _, k in ipairs(KEYS) do redis.call('EXPIRE', k, ttl) end
+end
+return 1
+"""
+
+_LOAD = r"""
+local st = redis.call('GET', KEYS[1])
+if not st then return false end
+return {st, redis.call('HGETALL', KEYS[2])}
+"""
+
+_RELEASE = r"""
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+class DocGone(LookupError):
+    """The document does not exist (never created, deleted, or expired)."""
+
+
+class VersionConflict(RuntimeError):
+    def __init__(self, current: int, why: str = "conflict"):
+        super().__init__(f"version conflict ({why}); current version is {current}")
+        self.current = current
+        self.why = why
+
+
+class LeaseHeld(RuntimeError):
+    """Another writer holds the document's single-writer lease."""
+
+
+class BadPayload(ValueError):
+    """The commit payload was rejected by the store before any write."""
+
+
+@dataclass
+class Loaded:
+    state: dict
+    version: int
+    meta: dict
+
+
+def _now() -> str:
+    return f"{time.time():.3f}"
+
+
+class DocStore:
+    """One kind of document ("s" for sessions, "b" for banks) under a namespace."""
+
+    def __init__(self, redis: Redis, namespace: str, kind: str):
+        self.r = redis
+        self.ns = namespace
+        self.kind = kind
+        self._commit = redis.register_script(_COMMIT)
+        self._create = redis.register_script(_CREATE)
+        self._release = redis.register_script(_RELEASE)
+        self._load = redis.register_script(_LOAD)
+
+    def key(self, doc_id: str, part: str) -> str:
+        return f"{self.ns}:{{{self.kind}:{doc_id}}}:{part}"
+
+    def _keys(self, doc_id: str, idem: str | None) -> list[str]:
+        k = lambda p: self.key(doc_id, p)  # noqa: E731
+        return [k("state"), k("meta"), k("events"), k("lock"), k(f"idem:{idem or '_'}"), k("evidence"), k("init")]
+
+    async def create(self, doc_id: str, state: dict, meta: dict[str, str], ttl: int = 0) -> bool:
+        flat = [x for kv in meta.items() for x in kv]
+        keys = [self.key(doc_id, "state"), self.key(doc_id, "meta"), self.key(doc_id, "init")]
+        return bool(await self._create(keys=keys, args=[json.dumps(state), ttl, _now(), len(meta), *flat]))
+
+    async def load(self, doc_id: str) -> Loaded:
+        res = await self._load(keys=[self.key(doc_id, "state"), self.key(doc_id, "meta")])
+        if not res or not res[1]:
+            raise DocGone(doc_id)
+        raw, flat = res
+        meta = {_s(flat[i]): _s(flat[i + 1]) for i in range(0, len(flat), 2)}
+        return Loaded(json.loads(raw), int(meta["version"]), meta)
+
+    async def exists(self, doc_id: str) -> bool:
+        return bool(await self.r.exists(self.key(doc_id, "meta")))
+
+    async def meta(self, doc_id: str) -> dict:
+        meta = await self.r.hgetall(self.key(doc_id, "meta"))
+        if not meta:
+            raise DocGone(doc_id)
+        return {_s(k): _s(v) for k, v in meta.items()}
+
+    async def commit(
+        self,
+        doc_id: str,
+        expected_version: int,
+        new_state: dict,
+        events: list[dict],
+        *,
+        lease_token: str | None = None,
+        idem_key: str | None = None,
+        idem_value: str | None = None,
+        idem_ttl: int = 86400,
+        consume_evidence: list[str] = (),
+        meta: dict[str, str] | None = None,
+        ttl: int = 0,
+    ) -> int:
+        """Append `events` and set the new state atomically; returns the new version."""
+        meta = meta or {}
+        args = [
+            expected_version, lease_token or "", _json_or_raw(new_state), ttl,
+            idem_value or "", idem_ttl, len(events), len(consume_evidence), len(meta), _now(),
+            *[_json_or_raw(e) for e in events], *consume_evidence, *[x for kv in meta.items() for x in kv],
+        ]
+        status, version = await self._commit(keys=self._keys(doc_id, idem_key), args=args)
+        status = _s(status)
+        if status == "ok":
+            return int(version)
+        if status == "gone":
+            raise DocGone(doc_id)
+        if status in ("conflict", "lease"):
+            raise VersionConflict(int(version), status)
+        raise BadPayload(status)
+
+    async def acquire(self, doc_id: str, ttl_ms: int) -> str | None:
+        token = uuid.uuid4().hex
+        ok = await self.r.set(self.key(doc_id, "lock"), token, nx=True, px=ttl_ms)
+        return token if ok else None
+
+    async def release(self, doc_id: str, token: str) -> None:
+        await self._release(keys=[self.key(doc_id, "lock")], args=[token])
+
+    async def get_idem(self, doc_id: str, idem_key: str) -> dict | None:
+        raw = await self.r.get(self.key(doc_id, f"idem:{idem_key}"))
+        return None if raw is None else json.loads(raw)
+
+    async def events(self, doc_id: str, after: int = 0, limit: int = 100, upto: int | None = None) -> list[dict]:
+        end = f"{upto}-1" if upto is not None else "+"
+        rows = await self.r.xrange(self.key(doc_id, "events"), min=f"{after + 1}-0", max=end, count=limit)
+        return [json.loads(fields[b"e"] if b"e" in fields else fields["e"]) for _id, fields in rows]
+
+    async def init_state(self, doc_id: str) -> dict:
+        raw = await self.r.get(self.key(doc_id, "init"))
+        if raw is None:
+            raise DocGone(doc_id)
+        return json.loads(raw)
+
+    async def add_evidence(self, doc_id: str, field: str, value: dict) -> bool:
+        """Buffer evidence once per field (idempotent: a second add of the same field is ignored)."""
+        return bool(await self.r.hsetnx(self.key(doc_id, "evidence"), field, json.dumps(value)))
+
+    async def evidence(self, doc_id: str) -> dict[str, dict]:
+        raw = await self.r.hgetall(self.key(doc_id, "evidence"))
+        return {_s(k): json.loads(v) for k, v in raw.items()}
+
+    async def delete(self, doc_id: str) -> bool:
+        base = [self.key(doc_id, p) for p in ("state", "meta", "events", "lock", "init", "evidence")]
+        idem = [k async for k in self.r.scan_iter(match=self.key(doc_id, "idem:*"), count=500)]
+        return bool(await self.r.delete(*base, *idem))
+
+    async def memory_bytes(self, doc_id: str) -> int:
+        total = 0
+        for p in ("state", "meta", "events", "init"):
+            total += await self.r.memory_usage(self.key(doc_id, p)) or 0
+        return total
+
+
+def _s(x) -> str:
+    return x.decode() if isinstance(x, bytes) else x
+
+
+def _json_or_raw(x) -> str:
+    return x if isinstance(x, str) else json.dumps(x, separators=(",", ":"))
