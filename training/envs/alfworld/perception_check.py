@@ -210,6 +210,15 @@ def score_transcript(domain, task: str, steps: list[dict]) -> tuple[Score, list[
 
 # ------------------------------------------------------------------ playing games
 
+def _alfworld_home() -> None:
+    """Importing alfworld creates ALFWORLD_DATA (~/.cache/alfworld by default): keep it in the project."""
+    try:
+        from training.envs.alfworld.paths import ensure_alfworld_home
+        ensure_alfworld_home()
+    except ImportError:  # pragma: no cover
+        os.environ.setdefault("ALFWORLD_DATA", str(REPO / "data" / "alfworld-home"))
+
+
 def _task_of(observation: str) -> str:
     m = re.search(r"Your task is to:\s*(.*)", observation, re.S)
     return m.group(1).strip() if m else ""
@@ -221,8 +230,15 @@ def _move_to_put(command: str) -> str:
     return f"put {m.group(1)} in/on {m.group(2)}" if m else command
 
 
-def record_episode(gamefile: str, expert: str = "handcoded", max_steps: int = 120) -> dict:
+STATIC_PREDICATES = {"receptacleatlocation", "openable"}
+KEEP_PREDICATES = {"atlocation", "receptacleatlocation", "inreceptacle", "holds", "openable", "opened",
+                   *ATTR_PREDICATES}
+
+
+def record_episode(gamefile: str, expert: str = "handcoded", max_steps: int = 120,
+                   extra_commands: tuple[str, ...] = ()) -> dict:
     """Play one game with an expert on the TextWorld PDDL engine; keep text and PDDL facts per step."""
+    _alfworld_home()
     import textworld
     from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredExpert, AlfredInfos
 
@@ -252,26 +268,69 @@ def record_episode(gamefile: str, expert: str = "handcoded", max_steps: int = 12
             won = bool(state["won"])
             if done:
                 break
+        for action in extra_commands:  # probes after the episode (inventory, look, examine ...)
+            state, _, _ = env.step(action)
+            steps.append({"action": action, "observation": state["feedback"], "facts": plain_facts(state["facts"])})
     finally:
         env.close()
     return {"gamefile": str(gamefile), "expert": expert, "task": _task_of(steps[0]["observation"]),
             "won": won, "steps": steps}
 
 
+def fixture_record(ep: dict) -> dict:
+    """A self-contained perception fixture: text, the relevant ground-truth facts per step, and the
+    Belief the engine's truth implies at the end for what the agent has seen."""
+    static = [f for f in ep["steps"][0]["facts"] if f[0] in STATIC_PREDICATES]
+    steps = [{"action": st["action"], "observation": st["observation"],
+              "facts": [f for f in st["facts"] if f[0] in KEEP_PREDICATES and f[0] not in STATIC_PREDICATES]}
+             for st in ep["steps"]]
+    seen = SeenTracker()
+    for st in steps:
+        w = WorldView(static + st["facts"])
+        seen.update(w)
+    placed = {o: [r, "in" if r in w.openable else "on"] for o, r in sorted(w.inrec) if r in seen.observed}
+    placed.update({o: [None, "held"] for o in sorted(w.holds)})
+    attrs: dict = {}
+    for a, o in sorted(w.attrs):
+        if o in seen.objects:
+            attrs.setdefault(o, {})[a] = True
+    traj = Path(ep["gamefile"]).parent / "traj_data.json"
+    task_type = json.loads(traj.read_text())["task_type"] if traj.exists() else None
+    return {
+        "game": os.path.relpath(ep["gamefile"], REPO) if ep["gamefile"].startswith(str(REPO)) else ep["gamefile"],
+        "expert": ep["expert"], "task": ep["task"], "won": ep["won"], "static_facts": static, "steps": steps,
+        "expect": {"task_type": task_type, "location": (w.here or [None])[0], "holding": sorted(w.holds),
+                   "placed": placed, "attrs": attrs},
+    }
+
+
+def fixture_steps(rec: dict) -> list[dict]:
+    """Steps of a fixture with the static facts merged back in (the form `score_transcript` takes)."""
+    static = rec.get("static_facts", [])
+    return [{**st, "facts": static + st["facts"]} for st in rec["steps"]]
+
+
+def dump_fixture(rec: dict) -> str:
+    """JSON text with one line per step (readable diffs, small files)."""
+    head = json.dumps({k: v for k, v in rec.items() if k not in ("steps", "static_facts")}, indent=1)
+    static = json.dumps(rec["static_facts"])
+    steps = ",\n".join("  " + json.dumps(st) for st in rec["steps"])
+    return head[:-2] + f',\n "static_facts": {static},\n "steps": [\n{steps}\n ]\n}}\n'
+
+
 def find_games(split: str, root: str | None = None) -> list[str]:
-    """Game files of a split: `root` if given, else the fixture games or the generated split on disk."""
+    """Game files of a split: under `root` if given, else the committed fixtures or the generated split."""
     candidates = []
     if root:
-        candidates.append(Path(root))
-    if split == "fixtures":
-        candidates.append(REPO / "tests" / "fixtures" / "alfworld")
-    else:
-        for base in (os.environ.get("EVOHARNESS_ALFWORLD_GAMES"), os.environ.get("ALFWORLD_DATA"),
-                     REPO / "data" / "alfworld", REPO / ".cache" / "alfworld"):
-            if base:
-                candidates += [Path(base) / split, Path(base) / "games" / split]
+        candidates += [Path(root) / split, Path(root)]
+    try:
+        from training.envs.alfworld import paths
+        candidates.append(paths.FIXTURES_DIR if split == "fixtures" else paths.split_dir(split))
+    except ImportError:  # pragma: no cover - the generator package is optional here
+        pass
+    candidates.append(REPO / "tests" / "fixtures" / "alfworld" if split == "fixtures" else REPO / "data" / "alfworld" / split)
     for c in candidates:
-        games = sorted(str(p) for p in c.rglob("game.tw-pddl"))
+        games = sorted(str(p) for p in Path(c).rglob("game.tw-pddl")) if Path(c).is_dir() else []
         if games:
             return games
     raise FileNotFoundError(f"no games for split {split!r} under {[str(c) for c in candidates]}")
@@ -323,7 +382,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-steps", type=int, default=120)
     ap.add_argument("--json", default=None, help="write the full report (with mismatch samples) here")
     ap.add_argument("-v", "--verbose", action="store_true")
+    ap.add_argument("--record", default=None, metavar="DIR",
+                    help="instead of scoring, write one perception fixture (JSON) per game into DIR")
     args = ap.parse_args(argv)
+    if args.record:
+        out = Path(args.record)
+        out.mkdir(parents=True, exist_ok=True)
+        for g in find_games(args.split, args.root)[: args.limit or None]:
+            ep = record_episode(g, args.expert, args.max_steps, extra_commands=("inventory", "look"))
+            rec = fixture_record(ep)
+            name = f"{rec['expect']['task_type'] or 'game'}-{Path(g).parent.name}-{args.expert}.json"
+            (out / name).write_text(dump_fixture(rec))
+            print(f"{name}: won={ep['won']} steps={len(ep['steps']) - 1}")
+        return 0
     res = run(args.split, args.expert, args.root, args.limit, args.max_steps, args.verbose)
     _print_table(res)
     if args.json:
