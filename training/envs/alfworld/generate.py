@@ -1,0 +1,193 @@
+"""Generate ALFWorld games offline from the floor plans and tables shipped with alfworld.
+
+    python -m training.envs.alfworld.generate --split valid_unseen [--out DIR] [--workers N] [--count N] [--seed S]
+
+Writes ``<out>/<split>/<index>-<task_type>-<object>-<receptacle>-<room>/{traj_data.json,game.tw-pddl}`` (default
+``data/alfworld``) and ``manifest.json``. Each game is checked solvable by the Fast Downward planner, whose plan is
+replayed until won and stored as the walkthrough; a game the planner cannot solve is resampled (same room and task
+type, new placements). A split whose manifest matches (seed, count, generator version) is reused from disk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+from .gamefiles import domain_and_grammar, grammar_with_task, read_traj, write_game
+from .paths import DATA_ROOT, GAME_FILE, ensure_alfworld_home
+from .problem import problem_pddl
+from .rooms import load_room
+from .scene import sample_scene
+from .splits import SPLITS, GameSpec, plan_split
+from .tasks import sample_task
+
+GENERATOR_VERSION = 1
+MAX_ATTEMPTS = 8
+
+
+def game_name(spec: GameSpec, task) -> str:
+    target = task.parent_target or task.toggle_target
+    return f"{spec.index:04d}-{spec.task_type}-{task.object_target}-{target}-{spec.room}"
+
+
+def build_game(spec: GameSpec, attempt: int = 0) -> tuple[str, dict, dict]:
+    """(folder name, traj_data, game data without walkthrough) for one attempt at a spec; no planner involved."""
+    key = f"{spec.split}/{spec.seed}/{spec.index}/{attempt}"
+    rng = random.Random(key)
+    room = load_room(spec.room)
+    task = sample_task(room, spec.task_type, rng)
+    scene = sample_scene(room, task, rng)
+    name = game_name(spec, task)
+    traj = {
+        "task_type": spec.task_type,
+        "task_id": f"{spec.split}-{spec.index:04d}",
+        "pddl_params": task.pddl_params(),
+        "scene": {"floor_plan": room.name, "scene_num": room.number, "room_kind": room.kind,
+                  "objects": [p.oid for p in scene.placements]},
+        "generator": {"name": "evoharness.alfworld", "version": GENERATOR_VERSION, "attempt": attempt,
+                      "spec": spec.to_dict()},
+    }
+    grammar, task_text = grammar_with_task(traj, seed=key)
+    traj["turk_annotations"] = {"anns": [{"task_desc": task_text, "high_descs": [], "votes": []}]}
+    domain, _ = domain_and_grammar()
+    game = {"pddl_domain": domain, "grammar": grammar,
+            "pddl_problem": problem_pddl(scene, f"plan_{spec.split}_{spec.index}"), "solvable": False}
+    return name, traj, game
+
+
+def plan_and_verify(game_path: Path) -> list[str] | None:
+    """Ask Fast Downward for a plan, replay it on the real engine; the plan if it wins, else None."""
+    import textworld
+    from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
+
+    infos = textworld.EnvInfos(won=True, admissible_commands=True, policy_commands=True)
+    env = textworld.start(str(game_path), request_infos=infos, wrappers=[AlfredDemangler()])
+    try:
+        state = env.reset()
+        plan = list(state["policy_commands"] or [])
+        if not plan or state["won"]:
+            return None
+        infos.policy_commands = False  # the replay needs no replanning
+        for command in plan:
+            if command not in state["admissible_commands"]:
+                return None
+            state, _, _ = env.step(command)
+        return plan if state["won"] else None
+    finally:
+        env.close()
+
+
+def generate_game(spec: GameSpec, out: Path) -> dict:
+    """Generate, check and write one game; returns its manifest record."""
+    ensure_alfworld_home()
+    started = time.perf_counter()
+    for attempt in range(MAX_ATTEMPTS):
+        name, traj, game = build_game(spec, attempt)
+        folder = out / name
+        existing = _cached_record(folder, spec)
+        if existing:
+            return existing
+        tmp = out / f".tmp-{name}-{os.getpid()}"
+        path = write_game(tmp, traj, game)
+        plan = plan_and_verify(path)
+        if plan is None:
+            for f in tmp.iterdir():
+                f.unlink()
+            tmp.rmdir()
+            continue
+        game["solvable"], game["walkthrough"] = True, plan
+        write_game(tmp, traj, game)
+        if folder.exists():
+            for f in folder.iterdir():
+                f.unlink()
+            folder.rmdir()
+        tmp.rename(folder)
+        return {"game": name, "task_type": spec.task_type, "room": spec.room, "attempts": attempt + 1,
+                "plan_steps": len(plan), "seconds": round(time.perf_counter() - started, 3)}
+    raise RuntimeError(f"no solvable game for {spec} after {MAX_ATTEMPTS} attempts")
+
+
+def _cached_record(folder: Path, spec: GameSpec) -> dict | None:
+    if not (folder / GAME_FILE).exists():
+        return None
+    try:
+        traj = read_traj(folder)
+        game = json.loads((folder / GAME_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    gen = traj.get("generator", {})
+    if gen.get("version") != GENERATOR_VERSION or gen.get("spec") != spec.to_dict() or not game.get("solvable"):
+        return None
+    return {"game": folder.name, "task_type": spec.task_type, "room": spec.room, "attempts": gen["attempt"] + 1,
+            "plan_steps": len(game.get("walkthrough", [])), "seconds": 0.0, "cached": True}
+
+
+def _worker(args: tuple[GameSpec, str]) -> dict:
+    spec, out = args
+    return generate_game(spec, Path(out))
+
+
+def generate_split(split: str, out: Path | str | None = None, workers: int | None = None, count: int | None = None,
+                   seed: int | None = None, progress: bool = True) -> dict:
+    """Generate (or reuse from disk) a whole split; returns the manifest."""
+    ensure_alfworld_home()
+    out_dir = Path(out or DATA_ROOT) / split
+    specs = plan_split(split, count=count, seed=seed)
+    seed = specs[0].seed if specs else SPLITS[split].seed
+    manifest_path = out_dir / "manifest.json"
+    if manifest_path.exists():
+        manifest = json.loads(manifest_path.read_text())
+        if (manifest.get("version"), manifest.get("seed"), manifest.get("count")) == (GENERATOR_VERSION, seed,
+                                                                                      len(specs)) \
+                and all((out_dir / g["game"] / GAME_FILE).exists() for g in manifest["games"]):
+            manifest["cached"] = True
+            return manifest
+    out_dir.mkdir(parents=True, exist_ok=True)
+    workers = max(1, min(workers or os.cpu_count() or 1, len(specs) or 1))
+    started = time.perf_counter()
+    from tqdm import tqdm
+
+    jobs = [(spec, str(out_dir)) for spec in specs]
+    bar = tqdm(total=len(jobs), desc=f"alfworld {split}", unit="game", disable=not progress)
+    records = []
+    if workers == 1:
+        for job in jobs:
+            records.append(_worker(job))
+            bar.update()
+    else:
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            for record in pool.imap_unordered(_worker, jobs):
+                records.append(record)
+                bar.update()
+    bar.close()
+    records.sort(key=lambda r: r["game"])
+    manifest = {"split": split, "seed": seed, "count": len(specs), "version": GENERATOR_VERSION,
+                "workers": workers, "seconds": round(time.perf_counter() - started, 2), "games": records}
+    manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--split", required=True, choices=sorted(SPLITS))
+    parser.add_argument("--out", type=Path, default=None, help="parent folder (default data/alfworld)")
+    parser.add_argument("--workers", type=int, default=None, help="processes (default: CPU count)")
+    parser.add_argument("--count", type=int, default=None, help="games (default: the split's size)")
+    parser.add_argument("--seed", type=int, default=None, help="seed (default: the split's)")
+    args = parser.parse_args(argv)
+    manifest = generate_split(args.split, args.out, args.workers, args.count, args.seed)
+    games = manifest["games"]
+    print(f"{args.split}: {len(games)} solvable games in {Path(args.out or DATA_ROOT) / args.split} "
+          f"({'cached' if manifest.get('cached') else str(manifest['seconds']) + ' s'}, "
+          f"mean plan {sum(g['plan_steps'] for g in games) / max(1, len(games)):.1f} steps)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
