@@ -35,7 +35,13 @@ def connect_redis(settings: Settings):
 def build_engine(settings: Settings) -> Engine:
     from service.policy.engines.factory import make_engine
 
-    return make_engine(settings.engine, settings=settings)
+    if settings.engine == "remote":
+        return make_engine("remote", urls=settings.remote_urls, model=settings.model, adapter=settings.adapter,
+                           timeout_s=settings.engine_timeout_s)
+    return make_engine(settings.engine, model=settings.model, adapter=settings.adapter,
+                       max_model_len=settings.max_model_len, kv_cache_gib=settings.kv_cache_gib,
+                       enforce_eager=settings.enforce_eager, seed=settings.seed or 0,
+                       timeout_s=settings.engine_timeout_s)
 
 
 class BodyLimit:

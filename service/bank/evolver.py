@@ -12,7 +12,8 @@ Rules, in order:
 4. notes: a note close to an existing entry of its category reinforces it (update), else is added;
    notes starting with "avoid", "don't", "never" or "mistake" go to `mistakes`;
 5. merge: near-duplicate entries of one category merge into the older one;
-6. delete: an entry recalled mostly by losing sessions (failures >= 3 and > evidence) is deleted;
+6. delete: an entry recalled mostly by losing sessions (failures >= 2 and > evidence) is deleted
+   (it must happen before the entry reaches the veto of 3 uses);
 7. cap: a category over its cap loses its weakest entries (evidence + uses).
 Pinned entries are never changed, merged or deleted; an entry used >= 3 times is never deleted.
 """
@@ -108,7 +109,7 @@ def consolidate(bank: dict, evidence: list[dict], stamp: int) -> tuple[dict, lis
             _learn_note(b, note)
     _merge(b)
     for e in list(b.entries.values()):  # 6. delete
-        if b.deletable(e) and e["failures"] >= 3 and e["failures"] > e["evidence"]:
+        if b.deletable(e) and e["failures"] >= 2 and e["failures"] > e["evidence"]:
             b.delete(e, f"recalled by {e['failures']} losing episodes")
     _enforce_caps(b)
     return b.s, b.ops

@@ -28,7 +28,8 @@ def parse(text: str, admissible: list[str] | None, verbs: list[str]) -> Decision
     """Read `<think>…</think><action>…</action>`.
 
     A harness verb must be in `verbs` (the verbs allowed this turn); an environment
-    action must be in `admissible` when that list is given.
+    action must be in `admissible` when that list is given. A verb-shaped text whose verb
+    is not allowed is an environment action if the environment accepts free text.
     """
     m = _RESPONSE.fullmatch(text)
     if m is None:
@@ -37,11 +38,10 @@ def parse(text: str, admissible: list[str] | None, verbs: list[str]) -> Decision
     if not action:
         raise ParseError("empty action")
     vm = _VERB.fullmatch(action)
-    if vm is not None:
-        verb, arg = vm["verb"], vm["arg"].strip()
-        if verb not in verbs:
-            raise ParseError(f"harness verb {verb!r} is not allowed now (allowed: {verbs})")
-        return Decision("harness", reason, action, verb, arg)
+    if vm is not None and vm["verb"] in verbs:
+        return Decision("harness", reason, action, vm["verb"], vm["arg"].strip())
+    if vm is not None and admissible is not None and action not in admissible:
+        raise ParseError(f"harness verb {vm['verb']!r} is not allowed now (allowed: {verbs})")
     if admissible is not None and action not in admissible:
         raise ParseError(f"action {action!r} is not admissible")
     return Decision("env", reason, action)

@@ -1,0 +1,23 @@
+# make serve   - serve the default policy (embedded Redis unless REDIS_URL is set)
+# make test    - install what is missing and run every test
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export HF_HUB_OFFLINE := 1
+export ALFWORLD_DATA ?= $(CURDIR)/data/alfworld-home
+
+.PHONY: install serve test model policy clean
+
+install:
+	scripts/setup_venv.sh $(VENV) cpu,train,dev
+
+serve: install
+	$(PY) -m service.cli serve $(ARGS)
+
+test: install
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+model: install
+	$(PY) -m service.policy.bootstrap_model --out models/untrained-tiny
+
+clean:
+	rm -rf models/untrained-tiny .pytest_cache

@@ -1,0 +1,84 @@
+"""Shared fixtures: a throwaway redis-server, the tiny model built locally, one real vLLM engine.
+
+REDIS_URL overrides the throwaway server (tests then use a random key namespace).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def redis_url():
+    url = os.environ.get("REDIS_URL")
+    if url:
+        yield url
+        return
+    from service.embedded_redis import EmbeddedRedis
+
+    with EmbeddedRedis() as r:
+        yield r.url
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    from service.policy.bootstrap_model import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("models") / "untrained-tiny", seed=0)
+
+
+@pytest.fixture(scope="session")
+async def vllm_engine(tiny_model):
+    """One real in-process vLLM engine (CPU build) for the whole test session."""
+    from service.policy.engines.vllm_local import VLLMEngine
+
+    eng = VLLMEngine(tiny_model, max_model_len=4096, kv_cache_gib=0.5, enforce_eager=True, seed=0)
+    await eng.start()
+    yield eng
+    await eng.close()
+
+
+def make_settings(redis_url: str, **kw):
+    from service.settings import Settings
+
+    base = dict(redis_url=redis_url, namespace=f"t{uuid.uuid4().hex[:8]}", engine="vllm")
+    base.update(kw)
+    return Settings(**base)
+
+
+class Client:
+    """An httpx client bound to a started app (lifespan run), for one test."""
+
+    def __init__(self, app):
+        import httpx
+
+        self.app = app
+        self.http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://evoharness")
+
+    async def __aenter__(self):
+        self._ctx = self.app.router.lifespan_context(self.app)
+        await self._ctx.__aenter__()
+        return self.http
+
+    async def __aexit__(self, *exc):
+        await self.http.aclose()
+        await self._ctx.__aexit__(*exc)
+
+
+@pytest.fixture
+def app_factory(redis_url, vllm_engine):
+    """app_factory(**settings_overrides, engine=None) -> async context manager yielding an httpx client."""
+    from service.api.app import create_app
+
+    def make(engine=None, **kw):
+        return Client(create_app(make_settings(redis_url, **kw), engine=engine or vllm_engine))
+
+    return make

@@ -1,0 +1,97 @@
+"""The Redis document store against a real redis-server: atomic commits, versions, leases."""
+
+import json
+import uuid
+
+import pytest
+from redis.asyncio import Redis
+
+from service.store.docs import BadPayload, DocStore, VersionConflict
+
+
+@pytest.fixture
+async def store(redis_url):
+    r = Redis.from_url(redis_url)
+    yield DocStore(r, f"t{uuid.uuid4().hex[:8]}", "s")
+    await r.aclose()
+
+
+def ev(v, **kw):
+    return {"version": v, "kind": "env", "patch": [], **kw}
+
+
+async def snapshot(store, doc):
+    loaded = await store.load(doc)
+    return loaded.version, loaded.state, await store.events(doc), await store.r.get(store.key(doc, "idem:k"))
+
+
+async def test_commit_appends_events_with_version_ids(store):
+    await store.create("d", {"n": 0}, {"tenant": "x"})
+    v = await store.commit("d", 0, {"n": 2}, [ev(1), ev(2)], idem_key="k", idem_value='{"body": 1}')
+    assert v == 2
+    loaded = await store.load("d")
+    assert loaded.state == {"n": 2} and loaded.version == 2 and loaded.meta["tenant"] == "x"
+    assert [e["version"] for e in await store.events("d")] == [1, 2]
+    assert [e["version"] for e in await store.events("d", after=1)] == [2]
+    assert await store.get_idem("d", "k") == {"body": 1}
+
+
+async def test_commit_from_a_stale_version_is_refused(store):
+    await store.create("d", {"n": 0}, {})
+    await store.commit("d", 0, {"n": 1}, [ev(1)])
+    with pytest.raises(VersionConflict) as e:
+        await store.commit("d", 0, {"n": 9}, [ev(1)])
+    assert e.value.current == 1
+    assert (await store.load("d")).state == {"n": 1}
+
+
+async def test_a_commit_broken_midway_leaves_the_previous_state(store):
+    """The second event of the step is corrupt: the script refuses before its first write."""
+    await store.create("d", {"n": 0}, {})
+    await store.commit("d", 0, {"n": 1}, [ev(1)])
+    before = await snapshot(store, "d")
+    with pytest.raises(BadPayload):
+        await store.commit("d", 1, {"n": 3}, [ev(2), '{"version": 3, "kind": "env", broken'],
+                           idem_key="k", idem_value='{"x": 1}')
+    assert await snapshot(store, "d") == before
+    with pytest.raises(BadPayload):
+        await store.commit("d", 1, '{"n": ', [ev(2)])
+    assert await snapshot(store, "d") == before
+
+
+async def test_a_writer_that_lost_its_lease_cannot_commit(store):
+    await store.create("d", {"n": 0}, {})
+    token = await store.acquire("d", 10_000)
+    assert token and await store.acquire("d", 10_000) is None
+    await store.r.delete(store.key("d", "lock"))          # the lease expired ...
+    other = await store.acquire("d", 10_000)               # ... and another replica took it
+    with pytest.raises(VersionConflict) as e:
+        await store.commit("d", 0, {"n": 1}, [ev(1)], lease_token=token)
+    assert e.value.why == "lease"
+    assert await store.commit("d", 0, {"n": 1}, [ev(1)], lease_token=other) == 1
+    await store.release("d", token)                        # releasing a lost lease does not free the new one
+    assert await store.r.get(store.key("d", "lock")) == other.encode()
+
+
+async def test_create_is_once_and_ttl_is_applied(store):
+    assert await store.create("d", {"n": 0}, {}, ttl=100)
+    assert not await store.create("d", {"n": 5}, {})
+    await store.commit("d", 0, {"n": 1}, [ev(1)], ttl=50)
+    for part in ("state", "meta", "events", "init"):
+        assert 0 < await store.r.ttl(store.key("d", part)) <= 100
+    assert json.loads(await store.r.get(store.key("d", "init"))) == {"n": 0}
+
+
+async def test_evidence_is_buffered_once_and_consumed_by_the_commit(store):
+    await store.create("b", {"entries": {}}, {})
+    assert await store.add_evidence("b", "s1", {"won": True})
+    assert not await store.add_evidence("b", "s1", {"won": False})
+    assert await store.evidence("b") == {"s1": {"won": True}}
+    await store.commit("b", 0, {"entries": {"e1": 1}}, [ev(1)], consume_evidence=["s1"])
+    assert await store.evidence("b") == {}
+
+
+async def test_all_keys_of_a_document_share_one_hash_tag(store):
+    keys = store._keys("abc", "idem")
+    tags = {k[k.index("{") + 1:k.index("}")] for k in keys}
+    assert tags == {"s:abc"}
