@@ -243,22 +243,30 @@ def record_episode(gamefile: str, expert: str = "handcoded", max_steps: int = 12
     from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredExpert, AlfredInfos
 
     class _Expert(AlfredExpert):
+        failed = None
+
         def step(self, command):
             self.state, reward, done = textworld.core.Wrapper.step(self, command)
             self.prev_command = _move_to_put(str(command))
-            self._gather_infos()
+            try:
+                self._gather_infos()
+            except Exception as exc:  # the upstream handcoded expert can crash or time out: episode over
+                self.failed = f"{type(exc).__name__}: {exc}"
+                self.state["extra.expert_plan"] = []
             return self.state, reward, done
 
     infos = textworld.EnvInfos(won=True, admissible_commands=True, facts=True, feedback=True,
                                extras=["gamefile", "expert_plan"])
-    env = textworld.start(gamefile, request_infos=infos,
-                          wrappers=[AlfredDemangler(), AlfredInfos, _Expert(expert_type=expert)])
+    wrapper = _Expert(expert_type=expert)
+    env = textworld.start(gamefile, request_infos=infos, wrappers=[AlfredDemangler(), AlfredInfos, wrapper])
     try:
         state = env.reset()
         steps = [{"action": None, "observation": state["feedback"], "facts": plain_facts(state["facts"])}]
         won = bool(state["won"])
         while not won and len(steps) <= max_steps:
-            plan = state.get("extra.expert_plan") or ["look"]
+            plan = state.get("extra.expert_plan")
+            if not plan:  # the expert gave up
+                break
             action = plan[0]
             if action not in state["admissible_commands"]:
                 alt = re.sub(r"^put (.+) in/on (.+)$", r"move \1 to \2", action)
@@ -274,7 +282,7 @@ def record_episode(gamefile: str, expert: str = "handcoded", max_steps: int = 12
     finally:
         env.close()
     return {"gamefile": str(gamefile), "expert": expert, "task": _task_of(steps[0]["observation"]),
-            "won": won, "steps": steps}
+            "won": won, "expert_error": wrapper.failed, "steps": steps}
 
 
 def fixture_record(ep: dict) -> dict:

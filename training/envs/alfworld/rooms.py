@@ -105,8 +105,11 @@ def load_room(number: int) -> Room:
             receptacles.append((rtype, rid))
     listed = {t for t, _ in receptacles}
     for rtype in sorted((present & static) - listed):
+        basin_of = {basin: owner for owner, basin in BASIN_OF.items()}
         for k in range(DEFAULT_RECEPTACLE_COUNT.get(rtype, 1)):
-            receptacles.append((rtype, f"{rtype}|{number}|{k + 1}"))
+            # Basin ids name their sink/bathtub first, as ALFRED's do: the demangler appends "basin" to those.
+            rid = f"{basin_of[rtype]}|{number}|{k + 1}|{rtype}" if rtype in basin_of else f"{rtype}|{number}|{k + 1}"
+            receptacles.append((rtype, rid))
     receptacles.sort()
 
     rtypes = {t for t, _ in receptacles}
