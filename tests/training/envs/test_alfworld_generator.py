@@ -1,0 +1,65 @@
+"""Generator: rooms, tasks, PDDL problems and game folders on the real planner and engine."""
+
+from __future__ import annotations
+
+import json
+
+from training.envs.alfworld import generate
+from training.envs.alfworld.gamefiles import read_game, read_traj
+from training.envs.alfworld.paths import GAME_FILE, TRAJ_FILE, list_games
+from training.envs.alfworld.rooms import all_room_numbers, load_room
+from training.envs.alfworld.splits import plan_split
+from training.envs.alfworld.tasks import TASK_TYPES, candidate_tasks
+
+
+def test_all_120_floor_plans_load_with_receptacles():
+    numbers = all_room_numbers()
+    assert len(numbers) == 120
+    for n in numbers:
+        room = load_room(n)
+        assert room.receptacles and room.object_types, room.name
+        assert all("basinbasin" not in rid.lower() for _, rid in room.receptacles)
+
+
+def test_every_task_type_is_supported_by_some_room():
+    rooms = [load_room(n) for n in all_room_numbers()]
+    for task_type in TASK_TYPES:
+        assert any(candidate_tasks(r, task_type) for r in rooms), task_type
+
+
+def test_fixture_games_are_complete_alfworld_game_folders(alf_games):
+    types = {}
+    for game in alf_games:
+        assert (game / TRAJ_FILE).exists() and (game / GAME_FILE).exists()
+        traj, data = read_traj(game), read_game(game)
+        assert set(data) >= {"pddl_domain", "grammar", "pddl_problem", "solvable", "walkthrough"}
+        assert data["solvable"] is True and data["walkthrough"]
+        assert "UNKNOWN GOAL" not in data["grammar"]
+        assert traj["turk_annotations"]["anns"][0]["task_desc"] in data["grammar"]
+        assert set(traj["pddl_params"]) == {"object_target", "parent_target", "toggle_target", "mrecep_target",
+                                           "object_sliced"}
+        types[traj["task_type"]] = types.get(traj["task_type"], 0) + 1
+    assert types == {t: 2 for t in TASK_TYPES}
+
+
+def test_generation_is_deterministic_and_reproduces_the_committed_fixtures(tmp_path, alf_games):
+    """Regenerate two fixture games from their seed: byte-identical to the committed ones (planner included)."""
+    specs = [s for s in plan_split("fixtures") if s.index in (3, 10)]
+    for spec in specs:
+        record = generate.generate_game(spec, tmp_path)
+        fresh = tmp_path / record["game"]
+        committed = next(g for g in alf_games if g.name == record["game"])
+        for name in (TRAJ_FILE, GAME_FILE):
+            assert (fresh / name).read_bytes() == (committed / name).read_bytes(), name
+
+
+def test_generate_split_cli_with_workers_and_cache(tmp_path, capsys):
+    assert generate.main(["--split", "valid_unseen", "--count", "3", "--out", str(tmp_path), "--workers", "2"]) == 0
+    games = list_games(tmp_path / "valid_unseen")
+    assert len(games) == 3
+    manifest = json.loads((tmp_path / "valid_unseen" / "manifest.json").read_text())
+    assert manifest["count"] == 3 and len(manifest["games"]) == 3
+    assert all(read_game(g)["solvable"] for g in games)
+    again = generate.generate_split("valid_unseen", out=tmp_path, count=3, progress=False)
+    assert again.get("cached") is True
+    assert "3 solvable games" in capsys.readouterr().out
