@@ -54,12 +54,12 @@ def test_generation_is_deterministic_and_reproduces_the_committed_fixtures(tmp_p
 
 
 def test_generate_split_cli_with_workers_and_cache(tmp_path, capsys):
-    assert generate.main(["--split", "valid_unseen", "--count", "3", "--out", str(tmp_path), "--workers", "2"]) == 0
-    games = list_games(tmp_path / "valid_unseen")
+    assert generate.main(["--split", "fixtures", "--count", "3", "--out", str(tmp_path), "--workers", "2"]) == 0
+    games = list_games(tmp_path / "fixtures")
     assert len(games) == 3
-    manifest = json.loads((tmp_path / "valid_unseen" / "manifest.json").read_text())
+    manifest = json.loads((tmp_path / "fixtures" / "manifest.json").read_text())
     assert manifest["count"] == 3 and len(manifest["games"]) == 3
     assert all(read_game(g)["solvable"] for g in games)
-    again = generate.generate_split("valid_unseen", out=tmp_path, count=3, progress=False)
+    again = generate.generate_split("fixtures", out=tmp_path, count=3, progress=False)
     assert again.get("cached") is True
     assert "3 solvable games" in capsys.readouterr().out

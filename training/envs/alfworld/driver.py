@@ -141,7 +141,7 @@ def format_table(summary: dict, title: str = "") -> str:
 
 def split_games(split: str, n: int | None = None, out: Path | None = None, workers: int | None = None) -> list[Path]:
     """The first ``n`` games of a split (fixtures: the committed set; others: generated or cached)."""
-    from .paths import DATA_ROOT, fixture_games, list_games
+    from .paths import DATA_ROOT, fixture_games
 
     if split == "fixtures":
         games = fixture_games()
@@ -149,7 +149,6 @@ def split_games(split: str, n: int | None = None, out: Path | None = None, worke
         from .generate import generate_split
         manifest = generate_split(split, out=out, workers=workers)
         games = sorted(Path(out or DATA_ROOT) / split / g["game"] for g in manifest["games"])
-        games = [g for g in games if g in set(list_games(Path(out or DATA_ROOT) / split))]
     return games[:n] if n else games
 
 
