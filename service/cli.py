@@ -29,6 +29,9 @@ def _ensure_model(path: str) -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
+    # vLLM-CPU: one OpenMP thread per process (the engine core and the front end share a small box);
+    # measured ~20x faster decode than the default on 2 cores. An explicit environment wins.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     import uvicorn
 
     from service.api.app import create_app

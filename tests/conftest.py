@@ -14,6 +14,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# vLLM-CPU on a 2-core box: one OpenMP thread per process, else decode is ~20x slower under load.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(scope="session")
@@ -46,37 +48,11 @@ async def vllm_engine(tiny_model):
     await eng.close()
 
 
-def make_settings(redis_url: str, **kw):
-    from service.settings import Settings
-
-    base = dict(redis_url=redis_url, namespace=f"t{uuid.uuid4().hex[:8]}", engine="vllm")
-    base.update(kw)
-    return Settings(**base)
-
-
-class Client:
-    """An httpx client bound to a started app (lifespan run), for one test."""
-
-    def __init__(self, app):
-        import httpx
-
-        self.app = app
-        self.http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://evoharness")
-
-    async def __aenter__(self):
-        self._ctx = self.app.router.lifespan_context(self.app)
-        await self._ctx.__aenter__()
-        return self.http
-
-    async def __aexit__(self, *exc):
-        await self.http.aclose()
-        await self._ctx.__aexit__(*exc)
-
-
 @pytest.fixture
 def app_factory(redis_url, vllm_engine):
     """app_factory(**settings_overrides, engine=None) -> async context manager yielding an httpx client."""
     from service.api.app import create_app
+    from tests.support import Client, make_settings
 
     def make(engine=None, **kw):
         return Client(create_app(make_settings(redis_url, **kw), engine=engine or vllm_engine))

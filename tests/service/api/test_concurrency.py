@@ -1,0 +1,71 @@
+"""Concurrent steps on one session, and idempotent retries (real Redis, real vLLM)."""
+
+import asyncio
+
+from service import metrics
+
+ADM = ["go to desk 1", "open drawer 1", "look"]
+
+
+def turns_count():
+    return sum(metrics.TURNS.labels(k)._value.get() for k in ("harness", "env"))
+
+
+async def test_twenty_concurrent_steps_one_applies_per_version(app_factory):
+    async with app_factory(harness_cap=1) as c:
+        sid = (await c.post("/v1/sessions", json={"task": "open the drawer"})).json()["session_id"]
+
+        async def one(i):
+            return await c.post(f"/v1/sessions/{sid}/step", headers={"If-Match": "0"},
+                                json={"observation": f"obs {i}", "admissible_actions": ADM})
+
+        rs = await asyncio.gather(*(one(i) for i in range(20)))
+        codes = sorted(r.status_code for r in rs)
+        assert codes.count(200) == 1 and codes.count(409) == 19, codes
+        winner = next(r for r in rs if r.status_code == 200).json()
+        for r in rs:
+            if r.status_code == 409:
+                p = r.json()
+                assert r.headers["content-type"] == "application/problem+json"
+                assert p["status"] == 409 and p["version"] in (0, winner["version"])
+        audit = (await c.get(f"/v1/sessions/{sid}/audit")).json()["events"]
+        assert [e["version"] for e in audit] == list(range(1, winner["version"] + 1))
+        assert sum(e["kind"] == "observe" for e in audit) == 1
+
+        # without If-Match, concurrent steps serialise: each applies on its own version or gets 409
+        rs = await asyncio.gather(*(c.post(f"/v1/sessions/{sid}/step",
+                                           json={"observation": f"o{i}", "admissible_actions": ADM})
+                                    for i in range(5)))
+        ok = [r.json() for r in rs if r.status_code == 200]
+        assert ok and all(r.status_code in (200, 409) for r in rs)
+        audit = (await c.get(f"/v1/sessions/{sid}/audit", params={"limit": 1000})).json()["events"]
+        assert sum(e["kind"] == "observe" for e in audit) == 1 + len(ok)
+
+
+async def test_idempotent_retries_return_the_stored_response(app_factory):
+    async with app_factory() as c:
+        sid = (await c.post("/v1/sessions", json={"task": "open the drawer"})).json()["session_id"]
+        body = {"observation": "You see a drawer 1.", "admissible_actions": ADM}
+        first = await c.post(f"/v1/sessions/{sid}/step", json=body, headers={"Idempotency-Key": "step-1"})
+        assert first.status_code == 200
+        before = turns_count()
+        retries = await asyncio.gather(*(c.post(f"/v1/sessions/{sid}/step", json=body,
+                                                headers={"Idempotency-Key": "step-1"}) for _ in range(5)))
+        assert all(r.status_code == 200 and r.content == first.content for r in retries)
+        assert turns_count() == before                      # the model was not called again
+        state = (await c.get(f"/v1/sessions/{sid}/state")).json()
+        assert state["version"] == first.json()["version"]  # nothing applied twice
+
+        # a concurrent burst with one fresh key: exactly one applies, every 200 carries the same body
+        rs = await asyncio.gather(*(c.post(f"/v1/sessions/{sid}/step", json={**body, "observation": "next"},
+                                           headers={"Idempotency-Key": "step-2"}) for _ in range(6)))
+        oks = [r for r in rs if r.status_code == 200]
+        assert oks and all(r.status_code in (200, 409) for r in rs)
+        assert len({r.content for r in oks}) == 1
+        audit = (await c.get(f"/v1/sessions/{sid}/audit", params={"limit": 1000})).json()["events"]
+        assert sum(e["kind"] == "observe" for e in audit) == 2
+
+        # the same key with another body is refused, not replayed
+        r = await c.post(f"/v1/sessions/{sid}/step", json={**body, "observation": "other"},
+                         headers={"Idempotency-Key": "step-1"})
+        assert r.status_code == 422 and "Idempotency-Key" in r.json()["title"]
