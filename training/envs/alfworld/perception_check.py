@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import re
 import sys
 import time
@@ -214,11 +215,12 @@ def score_transcript(domain, task: str, steps: list[dict]) -> tuple[Score, list[
 # ------------------------------------------------------------------ playing games
 
 def _alfworld_home() -> None:
-    """Importing alfworld creates ALFWORLD_DATA (~/.cache/alfworld by default): keep it in the project."""
+    """Importing alfworld creates ALFWORLD_DATA (~/.cache/alfworld by default): keep it in the project.
+    Also applies the project's run-time alfworld patches (template memoisation, handcoded-expert fixes)."""
     try:
-        from training.envs.alfworld.paths import ensure_alfworld_home
-        ensure_alfworld_home()
-    except ImportError:  # pragma: no cover
+        from training.envs.alfworld import patches
+        patches.apply()
+    except ImportError:  # pragma: no cover - generator package absent: plain upstream engine
         os.environ.setdefault("ALFWORLD_DATA", str(REPO / "data" / "alfworld-home"))
 
 
@@ -277,6 +279,8 @@ def record_episode(gamefile: str, expert: str = "handcoded", max_steps: int = 12
     else:
         infos.extras = ["gamefile"]
     env = textworld.start(gamefile, request_infos=infos, wrappers=wrappers)
+    saved_random = random.getstate()
+    random.seed(str(Path(gamefile).parent.name))  # the handcoded expert breaks ties with the global random
     try:
         state = env.reset()
         steps = [{"action": None, "observation": state["feedback"], "facts": plain_facts(state["facts"])}]
@@ -303,6 +307,7 @@ def record_episode(gamefile: str, expert: str = "handcoded", max_steps: int = 12
             steps.append({"action": action, "observation": state["feedback"], "facts": plain_facts(state["facts"])})
     finally:
         env.close()
+        random.setstate(saved_random)
     return {"gamefile": str(gamefile), "expert": expert, "task": _task_of(steps[0]["observation"]),
             "won": won, "expert_error": wrapper.failed if wrapper else None, "steps": steps}
 
@@ -355,7 +360,9 @@ def find_games(split: str, root: str | None = None) -> list[str]:
         candidates += [Path(root) / split, Path(root)]
     try:
         from training.envs.alfworld import paths
-        candidates.append(paths.FIXTURES_DIR if split == "fixtures" else paths.split_dir(split))
+        if split == "fixtures" and not root:
+            return [str(paths.game_file(g)) for g in paths.fixture_games()]  # committed archive, unpacked once
+        candidates.append(paths.split_dir(split))
     except ImportError:  # pragma: no cover - the generator package is optional here
         pass
     candidates.append(REPO / "tests" / "fixtures" / "alfworld" if split == "fixtures" else REPO / "data" / "alfworld" / split)
