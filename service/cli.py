@@ -1,6 +1,15 @@
 """`evoharness` command line.
 
     evoharness serve [--host 127.0.0.1] [--port 8000] [--model DIR] [--engine vllm|remote] [--enforce-eager]
+    evoharness session new TASK [--domain D] [--mode M] [--bank B] [--max-steps N] [--harness-cap N]
+    evoharness session step SID OBSERVATION [-a ACTION ...] [--done] [--won] [--idempotency-key K] [--if-match V]
+    evoharness session state SID [--version K] | audit SID [--after N] [--limit N] [--all] | diff SID FROM TO
+    evoharness bank show [NAME] | bank consolidate [NAME]
+    evoharness play [--split fixtures] [--n N] [--mode inline] [--max-steps 50] [--json OUT]
+
+The client commands talk to a running service (--url, default $EVOHARNESS_URL or http://127.0.0.1:8000;
+--api-key or $EVOHARNESS_API_KEY) through service.client and print JSON; `play` runs ALFWorld games
+against it (needs the `train` extra).
 
 Without REDIS_URL it starts a private redis-server (data kept in a temp dir for the life of the
 process) and says so. Without --model it serves the shipped default policy, or, if none is
@@ -60,6 +69,132 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _client(args: argparse.Namespace):
+    from service.client import EvoHarnessClient
+
+    return EvoHarnessClient(args.url, api_key=args.api_key)
+
+
+def _print(obj) -> None:
+    import json
+
+    print(json.dumps(obj, indent=1, ensure_ascii=False))
+
+
+def client_command(args: argparse.Namespace) -> int:
+    """session/bank subcommands: one client call, JSON on stdout; an API error -> its problem on stderr, exit 1."""
+    from dataclasses import asdict
+
+    import httpx
+
+    from service.client import ApiError
+
+    with _client(args) as c:
+        try:
+            what = f"{args.cmd} {args.action}"
+            if what == "session new":
+                out = asdict(c.create_session(args.task, domain=args.domain, mode=args.mode, bank=args.bank,
+                                              max_steps=args.max_steps, harness_cap=args.harness_cap))
+            elif what == "session step":
+                out = c.step(args.session_id, args.observation, args.admissible or None, won=args.won or None,
+                             done=args.done or None, idempotency_key=args.idempotency_key,
+                             if_match=args.if_match).raw
+            elif what == "session state":
+                out = c.state(args.session_id, args.version)
+            elif what == "session audit":
+                out = ({"events": c.audit_all(args.session_id), "next": None} if args.all
+                       else c.audit(args.session_id, args.after, args.limit))
+            elif what == "session diff":
+                out = c.diff(args.session_id, args.from_version, args.to_version)
+            elif what == "bank show":
+                out = c.bank(args.name)
+            else:
+                out = c.consolidate(args.name)
+        except ApiError as e:
+            print(f"evoharness: {e}", file=sys.stderr)
+            _print(e.problem) if args.verbose else None
+            return 1
+        except httpx.TransportError as e:
+            print(f"evoharness: cannot reach {args.url}: {e}", file=sys.stderr)
+            return 2
+    _print(out)
+    return 0
+
+
+def play(args: argparse.Namespace) -> int:
+    """ALFWorld games against a running service (training.envs.alfworld.driver's HTTP policy)."""
+    import json
+
+    os.environ.setdefault("ALFWORLD_DATA", str(Path(__file__).resolve().parent.parent / "data" / "alfworld-home"))
+    from training.envs.alfworld import driver  # lazy: service never imports training otherwise
+
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else None
+    policy = driver.HTTPPolicy(args.url, mode=args.mode, bank=args.bank, headers=headers)
+    games = driver.split_games(args.split, args.n)
+    results = driver.play_games(games, policy, max_steps=args.max_steps, workers=1)
+    summary = driver.summarize(results)
+    print(driver.format_table(summary, f"{args.split} / {args.url} / {args.mode} / {len(games)} games"))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"summary": summary, "episodes": results}, indent=1) + "\n")
+    return 0
+
+
+def _add_client_parsers(sub) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", default=os.environ.get("EVOHARNESS_URL", "http://127.0.0.1:8000"))
+    common.add_argument("--api-key", default=os.environ.get("EVOHARNESS_API_KEY"))
+    common.add_argument("-v", "--verbose", action="store_true", help="print the problem+json of an error")
+
+    ses = sub.add_parser("session", help="create, step and inspect sessions").add_subparsers(dest="action",
+                                                                                             required=True)
+    n = ses.add_parser("new", parents=[common], help="start a session")
+    n.add_argument("task")
+    n.add_argument("--domain", default="generic")
+    n.add_argument("--mode", default="inline", choices=["inline", "always_on", "env_only"])
+    n.add_argument("--bank", default="default")
+    n.add_argument("--max-steps", type=int, default=None)
+    n.add_argument("--harness-cap", type=int, default=None)
+    s = ses.add_parser("step", parents=[common], help="send one observation, print the action")
+    s.add_argument("session_id")
+    s.add_argument("observation")
+    s.add_argument("-a", "--admissible", action="append", default=[], metavar="ACTION",
+                   help="an admissible action (repeat)")
+    s.add_argument("--won", action="store_true")
+    s.add_argument("--done", action="store_true")
+    s.add_argument("--idempotency-key", default=None)
+    s.add_argument("--if-match", type=int, default=None)
+    st = ses.add_parser("state", parents=[common], help="current state, or at --version")
+    st.add_argument("session_id")
+    st.add_argument("--version", type=int, default=None)
+    a = ses.add_parser("audit", parents=[common], help="audit events")
+    a.add_argument("session_id")
+    a.add_argument("--after", type=int, default=0)
+    a.add_argument("--limit", type=int, default=100)
+    a.add_argument("--all", action="store_true", help="every page")
+    d = ses.add_parser("diff", parents=[common], help="JSON Patch between two versions")
+    d.add_argument("session_id")
+    d.add_argument("from_version", type=int)
+    d.add_argument("to_version", type=int)
+    for p in (n, s, st, a, d):
+        p.set_defaults(func=client_command)
+
+    bank = sub.add_parser("bank", help="Experience banks").add_subparsers(dest="action", required=True)
+    for name, hlp in (("show", "entries, controls, pending evidence"), ("consolidate", "run the evolver")):
+        b = bank.add_parser(name, parents=[common], help=hlp)
+        b.add_argument("name", nargs="?", default="default")
+        b.set_defaults(func=client_command)
+
+    pl = sub.add_parser("play", parents=[common], help="play ALFWorld games against a running service")
+    pl.add_argument("--split", default="fixtures")
+    pl.add_argument("--n", type=int, default=None, help="number of games (default: all of the split)")
+    pl.add_argument("--mode", default="inline")
+    pl.add_argument("--bank", default="default")
+    pl.add_argument("--max-steps", type=int, default=50)
+    pl.add_argument("--json", type=Path, default=None, help="write the report here")
+    pl.set_defaults(func=play)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="evoharness", description="Serve and use a trained harness policy.")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -71,6 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--enforce-eager", action="store_true", help="skip torch.compile (fast start, slower decode)")
     s.add_argument("--log-level", default="info")
     s.set_defaults(func=serve)
+    _add_client_parsers(sub)
     return p
 
 
