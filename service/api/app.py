@@ -9,7 +9,7 @@ from fastapi import FastAPI
 
 from service import __version__
 from service.api import errors
-from service.api.routes import banks, health, sessions
+from service.api.routes import banks, health, sessions, ui
 from service.banks import BankService
 from service.policy.engines.base import Engine
 from service.sessions import SessionService
@@ -91,5 +91,6 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.include_router(sessions.router)
     app.include_router(banks.router)
     app.include_router(health.router)
+    app.include_router(ui.router)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     return app

@@ -144,3 +144,12 @@ def test_cli_session_and_bank(url, capsys):
     assert run("bank", "show", "default")
     assert cli(["session", "state", "0" * 32, "--url", url]) == 1
     assert "404" in capsys.readouterr().err
+
+
+def test_cli_play_runs_an_alfworld_game(url, tmp_path, capsys):
+    out = tmp_path / "play.json"
+    assert cli(["play", "--url", url, "--n", "1", "--max-steps", "3", "--json", str(out)]) == 0
+    assert "games" in capsys.readouterr().out
+    report = json.loads(out.read_text())
+    (episode,) = report["episodes"]
+    assert episode["steps"] == 3 and episode["prompt_tokens"] > 0 and report["summary"]["overall"]["games"] == 1
