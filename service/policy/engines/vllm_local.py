@@ -36,10 +36,10 @@ from service.policy.engines.base import EngineError, EngineTimeout, Generation, 
 log = logging.getLogger(__name__)
 
 GiB = 1 << 30
+CPU_DEFAULT_KV_CACHE_GIB = 0.25  # ~262k token slots for the tiny model; size it for real models
 
 # Settings measured on a 2-core CPU box (docs/engines.md). Applied with os.environ.setdefault, so an
-# explicit environment always wins. They must be in place before vLLM/torch read them: call
-# cpu_fast_start_env() early (VLLMEngine.start() calls it, which suffices when vllm is not yet imported).
+# explicit environment always wins. VLLMEngine.start() applies them on the CPU build only.
 CPU_FAST_START_ENV = {
     # The engine core runs its model worker in-process (no third process); AsyncLLM still runs the
     # engine core in one background process.
@@ -74,8 +74,9 @@ class VLLMEngine:
       adapter          optional LoRA adapter folder (PEFT format); enables LoRA at engine start
       adapter_name     name reported in ``model_id`` (default: the adapter folder's name)
       max_model_len    context length (prompt + completion)
-      kv_cache_gib     KV cache size; on CPU it is required (``kv_cache_memory_bytes``, like
-                       ``VLLM_CPU_KVCACHE_SPACE``); on GPU None keeps ``gpu_memory_utilization``
+      kv_cache_gib     KV cache size (``kv_cache_memory_bytes``). The CPU build needs a size: None there means
+                       ``VLLM_CPU_KVCACHE_SPACE`` if set, else 0.25 GiB; on GPU None keeps
+                       ``gpu_memory_utilization``
       enforce_eager    skip torch.compile / CUDA graphs (fast start, slower decode)
       seed             engine seed; per-request ``GenerationRequest.seed`` overrides it
       timeout_s        default per-request timeout (``EngineTimeout``); None = no timeout
@@ -89,7 +90,7 @@ class VLLMEngine:
         adapter: str | os.PathLike | None = None,
         adapter_name: str | None = None,
         max_model_len: int = 4096,
-        kv_cache_gib: float | None = 0.25,
+        kv_cache_gib: float | None = None,
         enforce_eager: bool = False,
         seed: int = 0,
         timeout_s: float | None = None,
@@ -141,8 +142,11 @@ class VLLMEngine:
             disable_log_stats=not self.log_stats,
             structured_outputs_config={"backend": self.structured_outputs_backend},
         )
-        if self.kv_cache_gib is not None:
-            kw["kv_cache_memory_bytes"] = int(self.kv_cache_gib * GiB)
+        kv_gib = self.kv_cache_gib
+        if kv_gib is None and _is_cpu_build() and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+            kv_gib = CPU_DEFAULT_KV_CACHE_GIB  # the CPU build cannot size the cache itself
+        if kv_gib is not None:
+            kw["kv_cache_memory_bytes"] = int(kv_gib * GiB)
         if self.max_num_seqs is not None:
             kw["max_num_seqs"] = self.max_num_seqs
         if self.adapter_path:
@@ -162,15 +166,15 @@ class VLLMEngine:
             if self._llm is not None:
                 return
             t0 = time.perf_counter()
-            if self.apply_cpu_env:
-                cpu_fast_start_env()
             try:
+                if self.apply_cpu_env and _is_cpu_build():
+                    # vllm.envs reads lazily in this process; the engine core is spawned later and
+                    # inherits os.environ, so setting these after `import vllm` still takes effect.
+                    cpu_fast_start_env()
                 from vllm.lora.request import LoRARequest
                 from vllm.v1.engine.async_llm import AsyncLLM
 
                 args = self._engine_args()
-                if self.kv_cache_gib is None and _is_cpu_build() and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
-                    raise EngineError("vLLM CPU needs a KV cache size: set kv_cache_gib or VLLM_CPU_KVCACHE_SPACE")
                 self._llm = AsyncLLM.from_engine_args(args)
                 if self.adapter_path:
                     self._lora_request = LoRARequest(

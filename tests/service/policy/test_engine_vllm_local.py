@@ -67,7 +67,7 @@ async def test_prompt_token_count_is_the_tokenizer_count(engine, tiny_model, act
     tok = AutoTokenizer.from_pretrained(tiny_model)
     g = await engine.generate(GenerationRequest(prompt=prompt, regex=action_regex, max_tokens=200))
     assert g.prompt_tokens == len(tok(prompt)["input_ids"])
-    assert g.completion_tokens == len(tok(g.text)["input_ids"]) or g.completion_tokens > 0
+    assert g.completion_tokens > 0
 
 
 async def test_greedy_with_seed_is_deterministic(engine, action_regex, prompt):

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.timeout(600)
 
 async def test_generation_with_lora_adapter(tiny_model, tiny_lora, action_regex, prompt):
     eng = VLLMEngine(tiny_model, adapter=tiny_lora, adapter_name="random-lora", max_model_len=2048,
-                     kv_cache_gib=0.25, enforce_eager=True, max_lora_rank=8)
+                     kv_cache_gib=None, enforce_eager=True, max_lora_rank=8)  # None: CPU default size
     assert eng.model_id == "untrained-tiny+random-lora"
     await eng.start()
     try:
