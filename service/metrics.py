@@ -21,7 +21,7 @@ BANK_ENTRIES = Gauge("evoharness_bank_entries", "Entries in an Experience bank b
 CONSOLIDATION_OPS = Counter("evoharness_consolidation_ops", "Evolver operations by op", ["bank", "op"])
 INVALID_OUTPUTS = Counter("evoharness_invalid_outputs", "Policy outputs that failed to parse")
 ACTIVE_SESSIONS = Gauge("evoharness_active_sessions", "Sessions created and not yet ended or deleted",
-                        multiprocess_mode="livesum")
+                        multiprocess_mode="livemostrecent")
 STEPS = Counter("evoharness_steps", "Step requests by outcome (ok | replay | conflict | error ...)", ["outcome"])
 HARNESS_BY_POSITION = Counter("evoharness_harness_calls_by_position",
                               "Harness calls by the episode step at which they happen (bucketed)",

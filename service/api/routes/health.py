@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
@@ -41,5 +43,17 @@ async def prometheus_metrics(request: Request, sessions: SessionsDep):
         metrics.ACTIVE_SESSIONS.set(await sessions.active_count())
     except Exception:  # noqa: BLE001 - metrics must render even with Redis down
         pass
-    registry = getattr(request.app.state, "registry", None) or REGISTRY
+    registry = getattr(request.app.state, "registry", None) or _multiprocess_registry() or REGISTRY
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def _multiprocess_registry():
+    """Several uvicorn workers: with PROMETHEUS_MULTIPROC_DIR set, every worker writes its samples there and any
+    worker's /metrics renders the sum over all of them (docs/operations.md)."""
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return None
+    from prometheus_client import CollectorRegistry, multiprocess
+
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)
+    return registry
