@@ -96,23 +96,26 @@ def generate_game(spec: GameSpec, out: Path) -> dict:
         if existing:
             return existing
         tmp = out / f".tmp-{name}-{os.getpid()}"
-        path = write_game(tmp, traj, game)
-        plan = plan_and_verify(path)
-        if plan is None:
-            for f in tmp.iterdir():
-                f.unlink()
-            tmp.rmdir()
-            continue
-        game["solvable"], game["walkthrough"] = True, plan
-        write_game(tmp, traj, game)
-        if folder.exists():
-            for f in folder.iterdir():
-                f.unlink()
-            folder.rmdir()
-        tmp.rename(folder)
+        try:
+            plan = plan_and_verify(write_game(tmp, traj, game))
+            if plan is None:
+                continue
+            game["solvable"], game["walkthrough"] = True, plan
+            write_game(tmp, traj, game)
+            _remove(folder)
+            tmp.rename(folder)
+        finally:
+            _remove(tmp)
         return {"game": name, "task_type": spec.task_type, "room": spec.room, "attempts": attempt + 1,
                 "plan_steps": len(plan), "seconds": round(time.perf_counter() - started, 3)}
     raise RuntimeError(f"no solvable game for {spec} after {MAX_ATTEMPTS} attempts")
+
+
+def _remove(folder: Path) -> None:
+    if folder.exists():
+        for f in folder.iterdir():
+            f.unlink()
+        folder.rmdir()
 
 
 def _cached_record(folder: Path, spec: GameSpec) -> dict | None:
