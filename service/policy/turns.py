@@ -15,7 +15,7 @@ from service.harness.experience import top_k_entries
 from service.harness.ops import HarnessError, remaining_budget
 from service.policy.engines.base import Engine, GenerationRequest
 from service.policy.grammar import max_tokens_for, response_regex
-from service.policy.parse import ParseError, parse
+from service.policy.parse import Decision, ParseError, parse
 from service.policy.render import render_prompt, view_of
 
 
@@ -67,6 +67,46 @@ class StepOutcome:
         return sum(t.kind == "harness" for t in self.turns)
 
 
+@dataclass(frozen=True)
+class TurnInput:
+    """Everything one policy turn is generated from: the prompt, the allowed verbs and the output grammar."""
+
+    prompt: str
+    verbs: list[str]
+    regex: str
+    max_tokens: int
+
+
+def check_can_step(state: dict) -> None:
+    if state["status"] != "active":
+        raise HarnessError(f"session is {state['status']}")
+    rem = remaining_budget(state)
+    if rem is not None and rem < 1:
+        raise HarnessError(f"step budget of {state['budget']['max_steps']} is spent")
+
+
+def prepare_turn(state: dict, bank_entries: dict, bank_controls: dict | None, experience_k: int = 3) -> TurnInput:
+    """The prompt and constraint of the next turn. Teacher data (training) is rendered with this too."""
+    verbs = allowed_verbs(state, bank_controls)
+    panel = []
+    if state["mode"] == "always_on" and state["modules"]["experience"]:
+        panel = top_k_entries(bank_entries, state["task"], experience_k)
+    return TurnInput(
+        prompt=render_prompt(view_of(state, verbs, panel)),
+        verbs=verbs,
+        regex=response_regex(state["admissible"], verbs),
+        max_tokens=max_tokens_for(state["admissible"], verbs),
+    )
+
+
+def apply_decision(state: dict, decision: Decision, domain: Domain, bank_entries: dict,
+                   experience_k: int = 3) -> tuple[dict, str | None]:
+    """Apply a parsed decision: a harness verb (returns its result) or the env action (result None)."""
+    if decision.kind == "harness":
+        return apply_verb(state, domain, decision.verb, decision.arg, bank_entries, recall_k=experience_k)
+    return apply_env_action(state, decision.action), None
+
+
 async def run_step(
     state: dict,
     domain: Domain,
@@ -77,42 +117,27 @@ async def run_step(
     sampling: Sampling = Sampling(),
 ) -> StepOutcome:
     """`state` must already hold this step's observation (see `harness.observe`)."""
-    if state["status"] != "active":
-        raise HarnessError(f"session is {state['status']}")
-    rem = remaining_budget(state)
-    if rem is not None and rem < 1:
-        raise HarnessError(f"step budget of {state['budget']['max_steps']} is spent")
+    check_can_step(state)
     entries = bank_entries or {}
     s, turns, prompts, invalid = state, [], [], 0
     while True:
-        verbs = allowed_verbs(s, bank_controls)
-        panel = []
-        if s["mode"] == "always_on" and s["modules"]["experience"]:
-            panel = top_k_entries(entries, s["task"], sampling.experience_k)
-        prompt = render_prompt(view_of(s, verbs, panel))
-        prompts.append(prompt)
+        ti = prepare_turn(s, entries, bank_controls, sampling.experience_k)
+        prompts.append(ti.prompt)
         gen = await engine.generate(GenerationRequest(
-            prompt=prompt,
-            regex=response_regex(s["admissible"], verbs),
-            max_tokens=max_tokens_for(s["admissible"], verbs),
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            seed=sampling.seed,
+            prompt=ti.prompt, regex=ti.regex, max_tokens=ti.max_tokens,
+            temperature=sampling.temperature, top_p=sampling.top_p, seed=sampling.seed,
         ))
         try:
-            d = parse(gen.text, s["admissible"], verbs)
+            d = parse(gen.text, s["admissible"], ti.verbs)
         except ParseError:
             invalid += 1
             if invalid > sampling.max_invalid:
                 raise PolicyOutputError(f"{invalid} unparseable outputs in one step; last: {gen.text[:200]!r}")
             continue
-        phash = hashlib.sha256(prompt.encode()).hexdigest()[:16]
+        phash = hashlib.sha256(ti.prompt.encode()).hexdigest()[:16]
         common = dict(prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens,
                       seconds=gen.seconds, model=gen.model, prompt_hash=phash, raw=gen.text)
-        if d.kind == "harness":
-            s, result = apply_verb(s, domain, d.verb, d.arg, entries, recall_k=sampling.experience_k)
-            turns.append(Turn("harness", d.verb, d.arg, d.reason, result, s, **common))
-            continue
-        s = apply_env_action(s, d.action)
-        turns.append(Turn("env", None, d.action, d.reason, None, s, **common))
-        return StepOutcome(action=d.action, turns=turns, invalid_outputs=invalid, prompts=prompts)
+        s, result = apply_decision(s, d, domain, entries, sampling.experience_k)
+        turns.append(Turn(d.kind, d.verb, d.action if d.kind == "env" else d.arg, d.reason, result, s, **common))
+        if d.kind == "env":
+            return StepOutcome(action=d.action, turns=turns, invalid_outputs=invalid, prompts=prompts)
