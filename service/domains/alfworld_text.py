@@ -184,7 +184,7 @@ _RE = {
     "arrive": re.compile(rf"^you arrive at (?P<recep>{_NAME})\.$"),
     "on": re.compile(rf"^on the (?P<recep>{_NAME}), you see (?P<list>.*?)\.?$"),
     "open_in": re.compile(rf"^the (?P<recep>{_NAME}) is open\. in it, you see (?P<list>.*?)\.?$"),
-    "in": re.compile(rf"^in it, you see (?P<list>.*?)\.?$"),
+    "in": re.compile(r"^in it, you see (?P<list>.*?)\.?$"),
     "is_open": re.compile(rf"^the (?P<recep>{_NAME}) is open\.$"),
     "closed": re.compile(rf"^the (?P<recep>{_NAME}) is closed\.$"),
     "open": re.compile(rf"^you open the (?P<recep>{_NAME})\.$"),

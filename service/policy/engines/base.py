@@ -10,6 +10,7 @@ from typing import Protocol, runtime_checkable
 class GenerationRequest:
     prompt: str                       # fully rendered prompt text (service.policy.render)
     regex: str | None = None          # output constraint (service.policy.grammar); None = free text
+    json_schema: dict | None = None   # alternative constraint: output is JSON valid under this schema
     max_tokens: int = 256
     temperature: float = 0.0
     top_p: float = 1.0

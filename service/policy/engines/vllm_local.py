@@ -99,7 +99,7 @@ class VLLMEngine:
         served_model_name: str | None = None,
         dtype: str = "auto",
         log_stats: bool = True,
-        structured_outputs_backend: str = "auto",
+        structured_outputs_backend: str = "xgrammar",
         apply_cpu_env: bool = True,
         engine_kwargs: dict[str, Any] | None = None,
     ) -> None:
@@ -140,7 +140,10 @@ class VLLMEngine:
             seed=self.seed,
             dtype=self.dtype,
             disable_log_stats=not self.log_stats,
-            structured_outputs_config={"backend": self.structured_outputs_backend},
+            # no free whitespace in JSON outputs: a weak model otherwise fills them with blanks
+            structured_outputs_config={"backend": self.structured_outputs_backend,
+                                       **({"disable_any_whitespace": True}
+                                          if self.structured_outputs_backend in ("xgrammar", "guidance") else {})},
         )
         kv_gib = self.kv_cache_gib
         if kv_gib is None and _is_cpu_build() and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
@@ -206,7 +209,11 @@ class VLLMEngine:
     def _sampling_params(self, req: GenerationRequest):
         from vllm.sampling_params import SamplingParams, StructuredOutputsParams
 
-        so = StructuredOutputsParams(regex=req.regex) if req.regex is not None else None
+        so = None
+        if req.regex is not None:
+            so = StructuredOutputsParams(regex=req.regex)
+        elif req.json_schema is not None:
+            so = StructuredOutputsParams(json=req.json_schema)
         return SamplingParams(
             n=1,
             max_tokens=req.max_tokens,

@@ -186,6 +186,8 @@ class RemoteVLLMEngine:
             body["seed"] = req.seed
         if req.regex is not None:
             body["structured_outputs"] = {"regex": req.regex}
+        elif req.json_schema is not None:
+            body["structured_outputs"] = {"json": req.json_schema}
         if req.request_id:
             body["request_id"] = req.request_id
         return body

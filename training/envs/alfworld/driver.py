@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from .env import AlfWorldEnv
-from .gamefiles import read_traj
 from .policies import CallablePolicy, ExpertPolicy, HTTPPolicy
 from .tasks import SHORT_NAMES, TASK_TYPES
 
