@@ -1,6 +1,7 @@
 """`evoharness` command line.
 
-    evoharness serve [--host 127.0.0.1] [--port 8000] [--model DIR] [--engine vllm|remote] [--enforce-eager]
+    evoharness serve [--host 127.0.0.1] [--port 8000] [--model DIR] [--engine vllm|remote] [--enforce-eager] [--dev]
+    evoharness keys new --id ID --role agent|auditor|ops|admin --tenant T | keys hash   (service/auth.py)
     evoharness session new TASK [--domain D] [--mode M] [--bank B] [--max-steps N] [--harness-cap N]
     evoharness session step SID OBSERVATION [-a ACTION ...] [--done] [--won] [--idempotency-key K] [--if-match V]
     evoharness session state SID [--version K] | audit SID [--after N] [--limit N] [--all] | diff SID FROM TO
@@ -48,7 +49,8 @@ def serve(args: argparse.Namespace) -> int:
     from service.settings import Settings
 
     overrides = {k: v for k, v in {"model": args.model, "engine": args.engine,
-                                   "enforce_eager": args.enforce_eager or None}.items() if v is not None}
+                                   "enforce_eager": args.enforce_eager or None,
+                                   "auth": "off" if args.dev else None}.items() if v is not None}
     settings = Settings(**overrides)
     embedded = None
     if settings.redis_url is None:
@@ -205,7 +207,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--engine", default=None, choices=["vllm", "remote"])
     s.add_argument("--enforce-eager", action="store_true", help="skip torch.compile (fast start, slower decode)")
     s.add_argument("--log-level", default="info")
+    s.add_argument("--dev", action="store_true", help="dev mode: auth off (EVOHARNESS_AUTH=off), warns loudly")
     s.set_defaults(func=serve)
+    from service.keys_cli import add_parser as add_keys_parser
+
+    add_keys_parser(sub)
     _add_client_parsers(sub)
     return p
 

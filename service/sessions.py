@@ -118,7 +118,7 @@ class SessionService:
                 replay = await self._replay(sid, idem_key, req_hash, tenant)
                 if replay is not None:
                     return replay
-            return await self._step_locked(sid, body, token, idem_key, req_hash, if_match, key_id, t0)
+            return await self._step_locked(sid, body, token, idem_key, req_hash, if_match, key_id, t0, tenant)
         finally:
             await asyncio.shield(self.docs.release(sid, token))
 
@@ -133,7 +133,7 @@ class SessionService:
         metrics.STEPS.labels("replay").inc()
         return stored["body"]
 
-    async def _step_locked(self, sid, body, token, idem_key, req_hash, if_match, key_id, t0) -> dict:
+    async def _step_locked(self, sid, body, token, idem_key, req_hash, if_match, key_id, t0, tenant="default") -> dict:
         try:
             loaded = await self.docs.load(sid)
         except DocGone:
@@ -154,7 +154,7 @@ class SessionService:
         turns, action, model_s = [], None, 0.0
         final = observed
         if not body.done:
-            bank = await self.banks.read(state["bank"])
+            bank = await self.banks.read(state["bank"], tenant)
             sampling = Sampling(self.settings.temperature, self.settings.top_p, self.settings.seed,
                                 experience_k=self.settings.recall_k)
             try:
@@ -244,7 +244,7 @@ class SessionService:
             state = loaded.state
             if state["status"] == "ended":
                 return {"version": loaded.version, "status": "ended", "won": state["won"]}
-            await self.banks.add_evidence(state["bank"], sid, evidence_of(state, won))
+            await self.banks.add_evidence(state["bank"], sid, evidence_of(state, won), tenant)
             ended = {**state, "status": "ended", "won": won}
             ev = make_event(loaded.version + 1, "end", state, ended, result="won" if won else "lost", key_id=key_id)
             v = await self.docs.commit(sid, loaded.version, ended, [ev], lease_token=token,

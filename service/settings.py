@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -57,3 +58,11 @@ class Settings(BaseSettings):
     max_action_chars: int = Field(200, description="longer admissible action -> 422")
     max_task_chars: int = Field(4_000, description="longer task text -> 422")
     max_steps_limit: int = Field(10_000, description="largest per-session step budget a client may ask for")
+
+    # access (service/auth.py, service/rate_limit.py)
+    auth: Literal["on", "off"] = Field("on", description="off = dev mode: no keys, every caller is admin of "
+                                       "tenant 'default' (the service warns loudly at start)")
+    api_keys_file: str | None = Field(None, description="JSON or YAML file of key records {id, role, tenant, sha256}")
+    api_keys: str | None = Field(None, description="JSON list of key records (e.g. from a Kubernetes Secret)")
+    rate_limit: int = Field(1200, ge=0, description="requests per key per rate window; 0 = no limit")
+    rate_window_s: float = Field(60.0, gt=0, description="rate-limit window (fixed, per key, counted in Redis)")

@@ -3,10 +3,13 @@
 | status | meaning |
 |---|---|
 | 400 | a header is malformed (If-Match not an integer, Idempotency-Key too long) |
+| 401 | no API key, or an unknown one (`WWW-Authenticate: Bearer`) |
+| 403 | the key's role may not do this |
 | 404 | no such session / bank / version (or it belongs to another tenant) |
 | 409 | the session moved on: another step holds it or committed first, If-Match differs, the session is over, or its step budget is spent; `version` holds the current version |
 | 413 | request body or observation larger than the configured limit |
 | 422 | the body does not validate (`errors` names each field) or an Idempotency-Key is reused with another body |
+| 429 | the key's request rate limit is spent (`Retry-After` in seconds) |
 | 502 | the policy kept producing unparseable output (only possible without a grammar-capable engine) |
 | 503 | Redis or the engine is unavailable; nothing was written |
 | 504 | the engine did not answer in time; nothing was written |
@@ -14,11 +17,14 @@
 
 from __future__ import annotations
 
+from http import HTTPStatus
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service import metrics
 from service.policy.engines.base import EngineError, EngineTimeout
@@ -27,15 +33,16 @@ PROBLEM = "application/problem+json"
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, title: str, detail: str, **extra):
+    def __init__(self, status: int, title: str, detail: str, headers: dict[str, str] | None = None, **extra):
         super().__init__(detail)
         self.status, self.title, self.detail, self.extra = status, title, detail, extra
+        self.headers = headers
 
 
-def problem(status: int, title: str, detail: str, **extra) -> JSONResponse:
+def problem(status: int, title: str, detail: str, headers: dict[str, str] | None = None, **extra) -> JSONResponse:
     metrics.ERRORS.labels(str(status)).inc()
     body = {"type": "about:blank", "title": title, "status": status, "detail": detail, **extra}
-    return JSONResponse(body, status_code=status, media_type=PROBLEM)
+    return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
 
 
 def _field(loc) -> str:
@@ -45,7 +52,12 @@ def _field(loc) -> str:
 def install(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api(_: Request, e: ApiError):
-        return problem(e.status, e.title, e.detail, **e.extra)
+        return problem(e.status, e.title, e.detail, headers=e.headers, **e.extra)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, e: StarletteHTTPException):  # unknown route (404), wrong method (405), ...
+        title = HTTPStatus(e.status_code).phrase if e.status_code in HTTPStatus._value2member_map_ else "Error"
+        return problem(e.status_code, title, str(e.detail), headers=getattr(e, "headers", None))
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, e: RequestValidationError):

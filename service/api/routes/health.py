@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from service import metrics
-from service.api.deps import SessionsDep
+from service.api.deps import CanReadMetrics, SessionsDep
 from service.api.errors import problem
 
 router = APIRouter(tags=["health"])
@@ -38,7 +38,7 @@ async def readyz(request: Request, sessions: SessionsDep):
 
 
 @router.get("/metrics")
-async def prometheus_metrics(request: Request, sessions: SessionsDep):
+async def prometheus_metrics(request: Request, sessions: SessionsDep, _: CanReadMetrics):
     try:
         metrics.ACTIVE_SESSIONS.set(await sessions.active_count())
     except Exception:  # noqa: BLE001 - metrics must render even with Redis down

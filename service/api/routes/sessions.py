@@ -8,7 +8,8 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
-from service.api.deps import PrincipalDep, SessionsDep
+from service.api.deps import (CanAudit, CanControlSession, CanCreate, CanDelete, CanEnd, CanReadState, CanStep,
+                              SessionsDep)
 from service.api.errors import ApiError
 from service.api.schemas import AuditPage, EndIn, SessionControls, SessionCreate, SessionCreated, StepIn, StepOut
 
@@ -17,7 +18,7 @@ SessionId = Annotated[str, "session id"]
 
 
 @router.post("", status_code=201, response_model=SessionCreated, summary="Start a session")
-async def create_session(body: SessionCreate, sessions: SessionsDep, who: PrincipalDep):
+async def create_session(body: SessionCreate, sessions: SessionsDep, who: CanCreate):
     return await sessions.create(body, who.tenant, who.key_id)
 
 
@@ -35,7 +36,7 @@ async def step(
     session_id: SessionId,
     body: StepIn,
     sessions: SessionsDep,
-    who: PrincipalDep,
+    who: CanStep,
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
     if_match: Annotated[str | None, Header(alias="If-Match")] = None,
 ):
@@ -46,14 +47,14 @@ async def step(
 
 
 @router.get("/{session_id}/state", summary="Current state, or the state at `version` (time travel)")
-async def get_state(session_id: SessionId, sessions: SessionsDep, who: PrincipalDep,
+async def get_state(session_id: SessionId, sessions: SessionsDep, who: CanReadState,
                     version: Annotated[int | None, Query(ge=0)] = None):
     return await sessions.state(session_id, version, who.tenant)
 
 
 @router.get("/{session_id}/audit", response_model=AuditPage,
             summary="Audit events (JSON, or NDJSON with Accept: application/x-ndjson)")
-async def get_audit(request: Request, session_id: SessionId, sessions: SessionsDep, who: PrincipalDep,
+async def get_audit(request: Request, session_id: SessionId, sessions: SessionsDep, who: CanAudit,
                     after: Annotated[int, Query(ge=0)] = 0, limit: Annotated[int, Query(ge=1, le=1000)] = 100):
     page = await sessions.audit(session_id, after, limit, who.tenant)
     if "application/x-ndjson" in request.headers.get("accept", ""):
@@ -64,22 +65,22 @@ async def get_audit(request: Request, session_id: SessionId, sessions: SessionsD
 
 
 @router.get("/{session_id}/diff", summary="JSON Patch turning version `from` into version `to`")
-async def get_diff(session_id: SessionId, sessions: SessionsDep, who: PrincipalDep,
+async def get_diff(session_id: SessionId, sessions: SessionsDep, who: CanAudit,
                    from_: Annotated[int, Query(alias="from", ge=0)], to: Annotated[int, Query(ge=0)]):
     return await sessions.diff(session_id, from_, to, who.tenant)
 
 
 @router.post("/{session_id}/end", summary="Finish the episode; its evidence goes to the bank")
-async def end(session_id: SessionId, body: EndIn, sessions: SessionsDep, who: PrincipalDep):
+async def end(session_id: SessionId, body: EndIn, sessions: SessionsDep, who: CanEnd):
     return await sessions.end(session_id, body.won, who.tenant, who.key_id)
 
 
 @router.delete("/{session_id}", status_code=204, summary="Delete a session and its audit log")
-async def delete(session_id: SessionId, sessions: SessionsDep, who: PrincipalDep):
+async def delete(session_id: SessionId, sessions: SessionsDep, who: CanDelete):
     await sessions.delete(session_id, who.tenant)
     return Response(status_code=204)
 
 
 @router.patch("/{session_id}/controls", summary="Operator controls: pins, disabled verbs, harness cap")
-async def controls(session_id: SessionId, body: SessionControls, sessions: SessionsDep, who: PrincipalDep):
+async def controls(session_id: SessionId, body: SessionControls, sessions: SessionsDep, who: CanControlSession):
     return await sessions.set_controls(session_id, body, who.tenant, who.key_id)

@@ -14,7 +14,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from fastapi.responses import HTMLResponse
 
-from service.api.deps import PrincipalDep, SessionsDep
+from service.api.deps import CanAudit, SessionsDep
 
 router = APIRouter(prefix="/ui", tags=["ui"], include_in_schema=False)
 
@@ -123,7 +123,7 @@ def render(sid: str, current: dict, events: list[dict], at: int | None, state_at
 
 
 @router.get("/sessions/{session_id}", response_class=HTMLResponse, summary="Audit timeline of a session")
-async def timeline(session_id: str, sessions: SessionsDep, who: PrincipalDep,
+async def timeline(session_id: str, sessions: SessionsDep, who: CanAudit,
                    version: Annotated[int | None, Query(ge=0)] = None):
     current = await sessions.state(session_id, None, who.tenant)  # 404 (problem+json) if unknown
     events, after = [], 0
