@@ -13,6 +13,8 @@ import json
 import os
 from contextlib import asynccontextmanager
 
+from fastapi import FastAPI, Request
+
 RESPONSE = "<think>scripted</think><action>look</action>"
 
 
@@ -26,7 +28,6 @@ def service_app():
 
 def echo_app():
     """The floor: parse the same JSON body, one Redis round trip (SET + GET of the body), return JSON."""
-    from fastapi import FastAPI, Request
     from redis.asyncio import Redis
 
     @asynccontextmanager

@@ -12,7 +12,10 @@ Retries: connection errors, 503 and 504 are retried with exponential backoff. A 
 ``Idempotency-Key`` (generated once per call unless given) and every retry of that step REUSES it, so a step
 whose response was lost is answered from the service's stored response instead of running twice.
 
-Errors are raised as :class:`ApiError` subclasses carrying the problem+json body: :class:`NotFound` (404),
+429 (rate limited) is retried too, after the service's Retry-After.
+
+Errors are raised as :class:`ApiError` subclasses carrying the problem+json body: :class:`Unauthorized` (401),
+:class:`Forbidden` (403), :class:`RateLimited` (429), :class:`NotFound` (404),
 :class:`Conflict` (409, ``.version`` = the session's current version), :class:`PayloadTooLarge` (413),
 :class:`Unavailable` (503/504, after the retries).
 """
@@ -29,9 +32,9 @@ from typing import Any
 import httpx
 
 __all__ = ["EvoHarnessClient", "AsyncEvoHarnessClient", "ApiError", "BadRequest", "NotFound", "Conflict",
-           "PayloadTooLarge", "Unprocessable", "Unavailable", "Created", "Step", "Turn", "Usage", "RetryPolicy"]
+           "PayloadTooLarge", "Unprocessable", "Unavailable", "Unauthorized", "Forbidden", "RateLimited", "Created", "Step", "Turn", "Usage", "RetryPolicy"]
 
-RETRY_STATUS = frozenset({503, 504})
+RETRY_STATUS = frozenset({429, 503, 504})   # none of them wrote anything
 
 
 # ---- errors -------------------------------------------------------------------------------------------
@@ -50,6 +53,23 @@ class ApiError(Exception):
 
 class BadRequest(ApiError):
     """400: a malformed header (If-Match, Idempotency-Key)."""
+
+
+class Unauthorized(ApiError):
+    """401: no API key, or an unknown / revoked one."""
+
+
+class Forbidden(ApiError):
+    """403: the API key lacks the role this call needs."""
+
+
+class RateLimited(ApiError):
+    """429: over the key's rate limit (after the retries); ``retry_after`` seconds as the service said."""
+
+    @property
+    def retry_after(self) -> float | None:
+        v = self.problem.get("retry_after")
+        return float(v) if v is not None else None
 
 
 class NotFound(ApiError):
@@ -77,7 +97,7 @@ class Unavailable(ApiError):
     """503 (Redis or engine down) or 504 (engine timeout), still failing after the retries; nothing was written."""
 
 
-_BY_STATUS = {400: BadRequest, 404: NotFound, 409: Conflict, 413: PayloadTooLarge, 422: Unprocessable,
+_BY_STATUS = {400: BadRequest, 401: Unauthorized, 403: Forbidden, 429: RateLimited, 404: NotFound, 409: Conflict, 413: PayloadTooLarge, 422: Unprocessable,
               503: Unavailable, 504: Unavailable}
 
 
@@ -183,6 +203,14 @@ def _retryable(resp: httpx.Response | None, exc: Exception | None, safe: bool) -
     return resp is not None and resp.status_code in RETRY_STATUS
 
 
+def _wait(retry: RetryPolicy, i: int, resp: httpx.Response | None) -> float:
+    """The backoff, or the service's Retry-After when it gave one (capped at max_backoff_s)."""
+    after = resp.headers.get("Retry-After") if resp is not None else None
+    if after and after.replace(".", "", 1).isdigit():
+        return min(retry.max_backoff_s, float(after))
+    return retry.delay(i)
+
+
 def _safe(method: str, path: str) -> bool:
     return method in ("GET", "HEAD", "DELETE") or path.endswith("/step")
 
@@ -225,7 +253,7 @@ class EvoHarnessClient:
                 exc = e
             last = i == self.retry.attempts - 1
             if not last and _retryable(resp, exc, _safe(method, path)):
-                time.sleep(self.retry.delay(i))
+                time.sleep(_wait(self.retry, i, resp))
                 continue
             if exc is not None:
                 raise exc
@@ -332,7 +360,7 @@ class AsyncEvoHarnessClient:
                 exc = e
             last = i == self.retry.attempts - 1
             if not last and _retryable(resp, exc, _safe(method, path)):
-                await asyncio.sleep(self.retry.delay(i))
+                await asyncio.sleep(_wait(self.retry, i, resp))
                 continue
             if exc is not None:
                 raise exc

@@ -24,7 +24,8 @@ def live_server(model: Path, log_path: Path, timeout_s: float = 300.0, **env_ove
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
     env.update(EVOHARNESS_MODEL=str(model), EVOHARNESS_ENFORCE_EAGER="1", EVOHARNESS_KV_CACHE_GIB="0.25",
-               EVOHARNESS_MAX_MODEL_LEN="2048", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **env_overrides)
+               EVOHARNESS_MAX_MODEL_LEN="2048", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
+               EVOHARNESS_AUTH="off", **env_overrides)
     log = open(log_path, "w")
     proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--port", str(port), "--log-level",
                              "warning"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -43,9 +44,15 @@ def live_server(model: Path, log_path: Path, timeout_s: float = 300.0, **env_ove
             time.sleep(0.5)
         yield url
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        _stop(proc)
         log.close()
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)
+    except ProcessLookupError:
+        return
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)

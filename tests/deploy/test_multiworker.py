@@ -29,7 +29,8 @@ def test_two_workers_share_redis_and_metrics(tmp_path):
     prom.mkdir()
     port = free_port()
     with EmbeddedRedis() as redis:
-        env = {**os.environ, "REDIS_URL": redis.url, "PROMETHEUS_MULTIPROC_DIR": str(prom), "OMP_NUM_THREADS": "1"}
+        env = {**os.environ, "REDIS_URL": redis.url, "PROMETHEUS_MULTIPROC_DIR": str(prom), "OMP_NUM_THREADS": "1",
+               "EVOHARNESS_AUTH": "off"}
         proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", "bench.service_scripted_app:service_app",
                                  "--workers", "2", "--port", str(port), "--log-level", "warning"], cwd=ROOT, env=env,
                                 start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
