@@ -51,7 +51,10 @@ def play_episode(env: AlfWorldEnv, policy, game: Path, keep_transcript: bool = F
     started = time.perf_counter()
     if hasattr(policy, "bind_env"):
         policy.bind_env(env)
+    tick = time.perf_counter()
     state = env.reset(game)
+    reset_seconds = time.perf_counter() - tick
+    step_seconds = 0.0
     traj = env.traj_data
     policy.reset(state["task"], state["observation"], state["admissible_actions"])
     usage = dict.fromkeys(USAGE_KEYS, 0)
@@ -61,7 +64,9 @@ def play_episode(env: AlfWorldEnv, policy, game: Path, keep_transcript: bool = F
         action, info = policy.act(observation, admissible, state["won"], False)
         for key in USAGE_KEYS:
             usage[key] += int(info.get(key) or 0)
+        tick = time.perf_counter()
         state = env.step(action)
+        step_seconds += time.perf_counter() - tick
         observation, admissible = state["observation"], state["admissible_actions"]
         if keep_transcript:
             transcript.append({"action": action, "observation": observation})
@@ -69,7 +74,8 @@ def play_episode(env: AlfWorldEnv, policy, game: Path, keep_transcript: bool = F
     record = {"game": Path(game).name, "task_type": traj.get("task_type", ""),
               "room": traj.get("scene", {}).get("scene_num"), "task": state.get("task") or "",
               "won": bool(state["won"]), "steps": env.steps, **usage,
-              "seconds": round(time.perf_counter() - started, 3)}
+              "seconds": round(time.perf_counter() - started, 3), "reset_seconds": round(reset_seconds, 3),
+              "step_seconds": round(step_seconds, 3)}
     if keep_transcript:
         record["task"] = env.traj_data.get("turk_annotations", {}).get("anns", [{}])[0].get("task_desc", "")
         record["transcript"] = transcript
