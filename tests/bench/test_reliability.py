@@ -1,0 +1,100 @@
+"""Two service processes sharing one Redis (AOF) and one vLLM server, on loopback (bench/load_test.py's Stack):
+
+* the short load test: 8 clients x 20 steps, retries reusing Idempotency-Keys, one Redis restart halfway;
+  zero lost, zero duplicated, every version rebuilt by its patches (the full run: docs/reliability.md);
+* the single-writer rule across processes: concurrent steps of ONE session sent to both replicas;
+* a client that disconnects mid-step leaves either nothing or the whole step, and its retry applies it once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from bench.load_test import ADMISSIBLE, Stack, _key, load
+
+pytestmark = pytest.mark.timeout(1200)
+
+
+@pytest.fixture(scope="module")
+def stack(tiny_model, tmp_path_factory):
+    s = Stack(str(tiny_model), tmp_path_factory.mktemp("stack"), replicas=2)
+    try:
+        yield s.start()
+    finally:
+        s.stop()
+
+
+def _agent(tenant="t0"):
+    return {"Authorization": f"Bearer {_key(tenant, 'agent')}"}
+
+
+def _auditor(tenant="t0"):
+    return {"Authorization": f"Bearer {_key(tenant, 'auditor')}"}
+
+
+async def _audit(http, url, sid):
+    r = await http.get(f"{url}/v1/sessions/{sid}/audit", params={"limit": 1000}, headers=_auditor())
+    return r.json()["events"]
+
+
+async def test_short_load_with_redis_restart(stack):
+    out = await load(stack, clients=8, steps=20, restart=True, down_s=2.0, budget_s=900)
+    print(out)
+    assert out["steps_ok"] == 160 and out["redis_restart_after_steps"] is not None
+    assert out["lost"] == 0 and out["duplicated"] == 0 and out["inconsistent"] == 0, out["problems"]
+
+
+async def test_single_writer_across_two_processes(stack):
+    a, b = stack.urls
+    async with httpx.AsyncClient(timeout=120, headers=_agent()) as http:
+        sid = (await http.post(f"{a}/v1/sessions", json={"task": "open the drawer", "harness_cap": 1})).json()[
+            "session_id"]
+
+        async def step(i, url, **headers):
+            return await http.post(f"{url}/v1/sessions/{sid}/step", headers=headers,
+                                   json={"observation": f"obs {i}", "admissible_actions": ADMISSIBLE})
+
+        # the same base version from both replicas at once: exactly one applies
+        rs = await asyncio.gather(*(step(i, (a, b)[i % 2], **{"If-Match": "0"}) for i in range(8)))
+        codes = [r.status_code for r in rs]
+        assert codes.count(200) == 1 and codes.count(409) == 7, codes
+        # no If-Match, distinct steps from both replicas: each applies on its own version or is refused
+        rs = await asyncio.gather(*(step(10 + i, (a, b)[i % 2], **{"Idempotency-Key": f"k{i}"}) for i in range(6)))
+        assert all(r.status_code in (200, 409) for r in rs), [r.text for r in rs]
+        oks = [r.json() for r in rs if r.status_code == 200]
+        events = await _audit(http, b, sid)
+        assert [e["version"] for e in events] == list(range(1, len(events) + 1))
+        assert sum(e["kind"] == "observe" for e in events) == 1 + len(oks)
+        assert len({o["version"] for o in oks}) == len(oks)
+        assert all(events[o["version"] - 1]["kind"] == "env" for o in oks)
+
+
+async def test_client_disconnect_mid_step_leaves_no_half_step(stack):
+    a, b = stack.urls
+    async with httpx.AsyncClient(timeout=120, headers=_agent()) as http:
+        sid = (await http.post(f"{a}/v1/sessions", json={"task": "open the drawer", "harness_cap": 1})).json()[
+            "session_id"]
+        body = {"observation": "the disconnected step", "admissible_actions": ADMISSIBLE}
+        for _ in range(3):     # the client gives up (closes the socket) while the model is generating
+            try:
+                async with httpx.AsyncClient(timeout=0.05, headers=_agent()) as quick:
+                    await quick.post(f"{a}/v1/sessions/{sid}/step", json=body, headers={"Idempotency-Key": "gone"})
+            except httpx.TimeoutException:
+                pass
+        events = await _audit(http, b, sid)
+        assert sum(e["kind"] == "observe" for e in events) <= 1
+        if events:   # the server finished the step after the client left: it is whole
+            assert events[-1]["kind"] == "env" and [e["version"] for e in events] == list(range(1, len(events) + 1))
+        for _ in range(60):     # the retry with the same key: applied once (or replayed), never twice
+            r = await http.post(f"{b}/v1/sessions/{sid}/step", json=body, headers={"Idempotency-Key": "gone"})
+            if r.status_code == 200:
+                break
+            assert r.status_code == 409, r.text     # the first attempt still holds the session
+            await asyncio.sleep(0.5)
+        assert r.status_code == 200
+        events = await _audit(http, b, sid)
+        assert sum(e["kind"] == "observe" for e in events) == 1
+        assert r.json()["version"] == len(events) and events[-1]["kind"] == "env"
