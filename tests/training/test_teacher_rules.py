@@ -1,0 +1,79 @@
+"""Teacher rules: recall / commit / track / note are inserted where they are useful, through the real renderer."""
+
+from __future__ import annotations
+
+from service.bank.evolver import new_bank
+from training.teacher import render_episode, share_stats
+from training.teacher_rules import subgoals_for
+
+ROOM = ("You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a countertop 1, "
+        "a drawer 1, a shelf 1, and a table 1.")
+PLAN = [
+    ("go to table 1", "You arrive at table 1. On the table 1, you see a apple 1, and a bowl 1."),
+    ("go to cabinet 1", "You arrive at cabinet 1. The cabinet 1 is closed."),
+    ("open cabinet 1", "You open the cabinet 1. The cabinet 1 is open. In it, you see nothing."),
+    ("close cabinet 1", "You close the cabinet 1."),
+    ("examine shelf 1", "Nothing happens."),
+    ("go to drawer 1", "You arrive at drawer 1. The drawer 1 is closed."),
+    ("go to shelf 1", "You arrive at shelf 1. On the shelf 1, you see a vase 1."),
+    ("go to countertop 1", "You arrive at countertop 1. On the countertop 1, you see a knife 1."),
+    ("go to table 1", "You arrive at table 1. On the table 1, you see a apple 1, and a bowl 1."),
+    ("take apple 1 from table 1", "You pick up the apple 1 from the table 1."),
+    ("go to countertop 1", "You arrive at countertop 1. On the countertop 1, you see a knife 1."),
+    ("move apple 1 to countertop 1", "You move the apple 1 to the countertop 1."),
+]
+ADMISSIBLE = sorted({a for a, _ in PLAN} | {"look", "inventory"})
+
+
+def trajectory():
+    steps = [{"observation": ROOM, "admissible": ADMISSIBLE, "won": False}]
+    steps += [{"observation": o, "admissible": ADMISSIBLE, "won": i == len(PLAN) - 1} for i, (_, o) in enumerate(PLAN)]
+    return {"game": "g0", "task_text": "put some apple on countertop", "steps": steps,
+            "actions": [a for a, _ in PLAN], "won": True, "expert": "test"}
+
+
+def bank_knowing_apple():
+    bank = new_bank()
+    bank["entries"]["e1"] = {"id": "e1", "key": "where:apple", "category": "search_priority",
+                             "text": "apple is usually at table", "evidence": 3, "uses": 0}
+    return bank
+
+
+def calls(samples):
+    return [(s["verb"], s["completion"]) for s in samples if s["kind"] == "harness"]
+
+
+def test_subgoals_use_the_domain_progress_wording():
+    goal = {"object": "apple", "receptacle": "fridge", "toggle": None}
+    assert subgoals_for(goal, "pick_cool_then_place_in_recep", {}) == ["take apple", "cool apple",
+                                                                        "put apple in fridge"]
+    assert subgoals_for({"object": "book", "toggle": "desklamp"}, "look_at_obj_in_light", {}) == [
+        "take book", "turn on desklamp"]
+
+
+def test_inline_teacher_inserts_each_rule_once_where_useful():
+    samples, evidence = render_episode(trajectory(), "inline", bank_knowing_apple())
+    got = calls(samples)
+    verbs = [v for v, _ in got]
+    assert verbs[:2] == ["recall", "commit"]                     # rule 1 + 2: start of the episode
+    assert "<action>commit [take apple]</action>" in got[1][1]
+    assert ("note", "<think>that failed</think><action>note [avoid examine shelf 1]</action><|im_end|>") in got
+    track = [i for i, s in enumerate(samples) if s["verb"] == "track"]
+    assert len(track) == 1                                       # rule 3: back to the table beyond the window
+    assert samples[track[0] + 1]["completion"].startswith("<think>take apple</think><action>go to table 1</action>")
+    assert any("commit [put apple on countertop]" in c for _, c in got)  # rule 2: next subgoal after the take
+    assert evidence["won"] and evidence["notes"] == ["avoid examine shelf 1"]
+    # every prompt is the renderer's ChatML text and every completion ends with the stop token
+    assert all(s["prompt"].endswith("<|im_start|>assistant\n") and s["completion"].endswith("<|im_end|>")
+               for s in samples)
+
+
+def test_no_recall_without_bank_knowledge_and_no_verbs_in_other_modes():
+    samples, _ = render_episode(trajectory(), "inline", new_bank())
+    assert "recall" not in [v for v, _ in calls(samples)]
+    for mode in ("always_on", "env_only"):
+        rows, _ = render_episode(trajectory(), mode, bank_knowing_apple())
+        assert not calls(rows) and len(rows) == len(PLAN)
+        assert ("Belief:" in rows[3]["prompt"]) == (mode == "always_on")
+    stats = share_stats(render_episode(trajectory(), "inline", bank_knowing_apple())[0])
+    assert 0.2 < stats["harness_share"] < 0.5 and stats["by_verb"]["commit"] == 2

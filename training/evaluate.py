@@ -1,0 +1,166 @@
+"""Evaluate a policy folder through the service's vLLM engine, the harness runtime and the ALFWorld driver.
+
+    CPU:  python -m training.evaluate --model models/default-policy --split valid_unseen --mode inline --n 20
+          python -m training.evaluate --model DIR --split valid_seen valid_unseen --mode inline always_on env_only
+    GPU:  same command; add --kv-cache-gib 8 and drop --n for the full splits (140 / 134 games)
+
+Each (split, mode) plays its games with ``training.agent.EnginePolicy`` over one in-process
+``service.policy.engines.vllm_local.VLLMEngine`` (grammar-constrained, greedy). The Experience bank starts from
+``--bank`` (default: the model folder's ``bank.json`` if present, else empty) and is consolidated by
+``service.bank.evolver.consolidate`` after every window of ``--window`` episodes, as the service does.
+
+Reports per (split, mode): success % per task type, mean steps, harness calls per episode by verb, harness tokens
+per episode, tokens per episode, bank size — ``<out>/eval.json``, ``<out>/eval.md`` (markdown table) and
+``<out>/eval.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+from training.agent import EnginePolicy  # noqa: F401  (RecordingPolicy's base)
+
+
+class RecordingPolicy(EnginePolicy):
+    """EnginePolicy that also keeps per-episode harness calls by verb and harness tokens."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.episodes: list[dict] = []
+
+    def act(self, observation, admissible, won, done):
+        if done and self.agent is not None:
+            turns = [t for o in self.agent.outcomes for t in o.turns]
+            harness = [t for t in turns if t.kind == "harness"]
+            by_verb: dict[str, int] = {}
+            for t in harness:
+                by_verb[t.verb] = by_verb.get(t.verb, 0) + 1
+            self.episodes.append({"by_verb": by_verb,
+                                  "harness_tokens": sum(t.prompt_tokens + t.completion_tokens for t in harness),
+                                  "steps_used": self.agent.state["budget"]["used"]})
+        return super().act(observation, admissible, won, done)
+
+
+def games_for(split: str, n: int | None) -> list[Path]:
+    from training.envs.alfworld.driver import split_games
+    from training.envs.alfworld.paths import DATA_ROOT, list_games
+
+    folder = DATA_ROOT / split
+    if split != "fixtures" and folder.exists():
+        games = [g for g in list_games(folder) if not any(p.startswith(".") for p in g.parts)]
+        if games and (n is None or len(games) >= n or (folder / "manifest.json").exists()):
+            return games[:n] if n else games
+    return split_games(split, n)
+
+
+def evaluate_one(policy: RecordingPolicy, games, mode: str, bank: dict, max_steps: int,
+                 window: int) -> tuple[list[dict], dict]:
+    from service.bank.evolver import consolidate
+    from training.envs.alfworld.driver import play_games
+
+    results = []
+    from tqdm import tqdm
+    bar = tqdm(total=len(games), desc=f"{mode}", unit="game")
+    for start in range(0, len(games), window):
+        chunk = games[start:start + window]
+        policy.mode, policy.bank, policy.episodes, policy.evidence = mode, bank, [], []
+        rows = play_games(chunk, policy, max_steps=max_steps)
+        for r, extra in zip(rows, policy.episodes):
+            r.update(extra)
+        evidence = [dict(ev, session_id=f"{start + i:05d}") for i, ev in enumerate(policy.evidence)]
+        bank, _ = consolidate(bank, evidence, start // window + 1)
+        results += rows
+        bar.update(len(chunk))
+    bar.close()
+    return results, bank
+
+
+def summarize_mode(results: list[dict], bank: dict) -> dict:
+    from training.envs.alfworld.driver import summarize
+
+    s = summarize(results)
+    n = max(1, len(results))
+    verbs: dict[str, float] = {}
+    for r in results:
+        for v, c in r.get("by_verb", {}).items():
+            verbs[v] = verbs.get(v, 0) + c / n
+    s["overall"]["harness_calls_by_verb"] = {v: round(c, 2) for v, c in sorted(verbs.items())}
+    s["overall"]["mean_harness_tokens"] = round(sum(r.get("harness_tokens", 0) for r in results) / n, 1)
+    s["overall"]["mean_tokens"] = round(sum(r["prompt_tokens"] + r["completion_tokens"] for r in results) / n, 1)
+    s["bank_size"] = len(bank["entries"])
+    return s
+
+
+def markdown(report: dict) -> str:
+    from training.envs.alfworld.tasks import SHORT_NAMES
+
+    types = list(SHORT_NAMES)
+    head = ["split", "mode", "games", "success %"] + [SHORT_NAMES[t] for t in types] + \
+        ["steps", "harness/ep", "by verb", "harness tok/ep", "tok/ep", "bank"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for key, s in report["results"].items():
+        split, mode = key.split("/")
+        o = s["overall"]
+        per = [f"{s['per_task_type'][t]['success_pct']:.0f}" if t in s["per_task_type"] else "-" for t in types]
+        verbs = ", ".join(f"{v} {c}" for v, c in o["harness_calls_by_verb"].items()) or "-"
+        lines.append("| " + " | ".join([split, mode, str(o["games"]), f"{o['success_pct']:.1f}"] + per + [
+            f"{o['mean_steps']:.1f}", f"{o['mean_harness_calls']:.2f}", verbs, f"{o['mean_harness_tokens']:.0f}",
+            f"{o['mean_tokens']:.0f}", str(s["bank_size"])]) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Evaluate a policy through vLLM + the harness runtime + ALFWorld.")
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--split", nargs="+", default=["valid_unseen"])
+    ap.add_argument("--mode", nargs="+", default=["inline"])
+    ap.add_argument("--n", type=int, default=None, help="games per split (default: all)")
+    ap.add_argument("--max-steps", type=int, default=50)
+    ap.add_argument("--window", type=int, default=8, help="episodes per bank consolidation")
+    ap.add_argument("--bank", default=None, help="bank JSON to start from (default: <model>/bank.json if present)")
+    ap.add_argument("--out", default=None, help="report folder (default: runs/eval/<model name>)")
+    ap.add_argument("--kv-cache-gib", type=float, default=0.25)
+    args = ap.parse_args(argv)
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from service.bank.evolver import new_bank
+    from service.policy.engines.vllm_local import VLLMEngine
+    from training.plots import plot_bars
+
+    model = Path(args.model)
+    bank_path = Path(args.bank) if args.bank else model / "bank.json"
+    start_bank = json.loads(bank_path.read_text()) if bank_path.exists() else new_bank()
+    out = Path(args.out or f"runs/eval/{model.name}")
+    out.mkdir(parents=True, exist_ok=True)
+    engine = VLLMEngine(model, max_model_len=2048, kv_cache_gib=args.kv_cache_gib, enforce_eager=True)
+    report = {"model": str(model), "max_steps": args.max_steps, "n": args.n, "results": {}, "seconds": {}}
+    policy = RecordingPolicy(engine)  # one engine and event loop for every split and mode
+    try:
+        for split in args.split:
+            games = games_for(split, args.n)
+            for mode in args.mode:
+                started = time.perf_counter()
+                results, bank = evaluate_one(policy, games, mode, json.loads(json.dumps(start_bank)),
+                                             args.max_steps, args.window)
+                key = f"{split}/{mode}"
+                report["results"][key] = summarize_mode(results, bank)
+                report["seconds"][key] = round(time.perf_counter() - started, 1)
+                report.setdefault("episodes", {})[key] = results
+                (out / "eval.json").write_text(json.dumps(report, indent=1))
+    finally:
+        policy.close()
+    table = markdown(report)
+    (out / "eval.md").write_text(table + "\n")
+    keys = list(report["results"])
+    plot_bars(keys, [report["results"][k]["overall"]["success_pct"] for k in keys], out / "eval.png",
+              f"success % ({model.name})", "success %")
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,105 @@
+"""The default policy end to end: teacher -> base model -> SFT -> GRPO -> export -> evaluation.
+
+    CPU:  python -m training.pipeline --out models/default-policy              # what `make policy` runs
+    GPU:  python -m training.pipeline --preset gpu-qwen3-1.7b --base /models/Qwen3-1.7B --out runs/policy-1.7b
+
+Every stage is its own module with its own config (``training.teacher``, ``model_init``, ``sft``, ``grpo``,
+``export``, ``evaluate``); this file only chains them with the default settings below. Stages whose output already
+exists are skipped (``--force`` reruns them), so an interrupted run resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class PipelineConfig:
+    """Defaults of the shipped CPU policy (see docs/training.md for why)."""
+
+    train_games: int = 80                 # generated train games (the split has 600; CPU budget)
+    work: str = "runs/policy"             # intermediate outputs
+    teacher_out: str = "data/teacher"
+    size: str = "nano"
+    base: str | None = None               # pretrained HF folder -> LoRA instead of from-scratch
+    sft_steps: int = 400
+    sft_lr: float = 2e-3
+    sft_batch: int = 8
+    grpo_updates: int = 4
+    grpo_group: int = 4
+    grpo_games_per_update: int = 1
+    grpo_max_env_steps: int = 20
+    grpo_lr: float = 1e-5
+    eval_n: int = 8
+    eval_max_steps: int = 30
+    out: str = "models/default-policy"
+    stages: list[str] = field(default_factory=lambda: ["games", "teacher", "base", "sft", "grpo", "export", "eval"])
+
+
+def sh(*args: str) -> None:
+    print("+", " ".join(args), flush=True)
+    subprocess.run([sys.executable, "-m", *args], check=True)
+
+
+def run(cfg: PipelineConfig, force: bool = False) -> None:
+    work = Path(cfg.work)
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    done = lambda p: Path(p).exists() and not force  # noqa: E731
+    if "games" in cfg.stages:
+        sh("training.envs.alfworld.generate", "--split", "train", "--count", str(cfg.train_games))
+    if "teacher" in cfg.stages and not done(f"{cfg.teacher_out}/inline.jsonl"):
+        sh("training.teacher", "--games-dir", "data/alfworld/train", "--out", cfg.teacher_out)
+    base = cfg.base or str(work / f"base-{cfg.size}")
+    if "base" in cfg.stages and not cfg.base and not done(base):
+        sh("training.model_init", "--size", cfg.size, "--corpus", cfg.teacher_out, "--out", base)
+    if "sft" in cfg.stages and not done(work / "sft" / "model"):
+        sh("training.sft", "--base", base, "--data", cfg.teacher_out, "--out", str(work / "sft"),
+           "--max-steps", str(cfg.sft_steps), "--lr", str(cfg.sft_lr), "--batch", str(cfg.sft_batch),
+           *(["--lora"] if cfg.base else []))
+    if "grpo" in cfg.stages and not done(work / "grpo" / "model"):
+        sh("training.grpo", "--model", str(work / "sft" / "model"), "--out", str(work / "grpo"),
+           "--updates", str(cfg.grpo_updates), "--group", str(cfg.grpo_group),
+           "--games-per-update", str(cfg.grpo_games_per_update), "--max-env-steps", str(cfg.grpo_max_env_steps),
+           "--lr", str(cfg.grpo_lr))
+    final = work / "grpo" / "model" if (work / "grpo" / "model").exists() else work / "sft" / "model"
+    if "export" in cfg.stages:
+        sh("training.export", "--model", str(final), "--out", cfg.out, "--bank", f"{cfg.teacher_out}/bank.json")
+    if "eval" in cfg.stages:
+        for label, model in (("sft", work / "sft" / "model"), ("policy", Path(cfg.out))):
+            sh("training.evaluate", "--model", str(model), "--split", "valid_seen", "valid_unseen",
+               "--mode", "inline", "always_on", "env_only", "--n", str(cfg.eval_n),
+               "--max-steps", str(cfg.eval_max_steps), "--bank", f"{cfg.teacher_out}/bank.json",
+               "--out", str(work / f"eval-{label}"))
+    (work / "pipeline.json").write_text(json.dumps({"config": asdict(cfg),
+                                                    "seconds": round(time.perf_counter() - t0, 1)}, indent=1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Train the default policy end to end.")
+    ap.add_argument("--out", default="models/default-policy")
+    ap.add_argument("--work", default="runs/policy")
+    ap.add_argument("--base", default=None, help="pretrained HF folder (LoRA) instead of a from-scratch model")
+    ap.add_argument("--size", default="nano")
+    ap.add_argument("--sft-steps", type=int, default=400)
+    ap.add_argument("--grpo-updates", type=int, default=4)
+    ap.add_argument("--eval-n", type=int, default=8)
+    ap.add_argument("--stages", nargs="+", default=None)
+    ap.add_argument("--force", action="store_true")
+    args = ap.parse_args(argv)
+    cfg = PipelineConfig(out=args.out, work=args.work, base=args.base, size=args.size, sft_steps=args.sft_steps,
+                         grpo_updates=args.grpo_updates, eval_n=args.eval_n)
+    if args.stages:
+        cfg.stages = args.stages
+    run(cfg, args.force)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

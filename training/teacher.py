@@ -1,0 +1,259 @@
+"""Teacher data: expert ALFWorld trajectories rendered through the service's own turn code.
+
+    CPU:  python -m training.teacher --split train --out data/teacher            # all three modes
+    GPU:  same command (no accelerator involved)
+
+Two stages:
+
+1. ``collect``: alfworld's ``handcoded`` expert (it explores like an agent; the ``planner`` is the fallback when the
+   handcoded expert fails a game) plays each game; we keep the raw environment trajectory
+   (task, observation, admissible actions, expert action per step).
+2. ``render``: each trajectory is replayed into a fresh harness state per mode, *only* through
+   ``service.harness.observe``, ``service.policy.turns.prepare_turn`` and ``apply_decision`` — the prompts are the
+   exact bytes the service sends to its engine. ``inline`` inserts harness verbs by :mod:`training.teacher_rules`;
+   ``always_on`` and ``env_only`` emit environment actions only (the renderer adds or hides the panels).
+
+The Experience bank evolves during rendering exactly as in the service: each window of ``window`` finished episodes
+is consolidated by ``service.bank.evolver.consolidate`` (evidence from ``service.sessions.evidence_of``).
+
+Output, per mode: ``<out>/<mode>.jsonl`` rows ``{"prompt", "completion", "mode", "kind", "verb", "game"}`` where
+``completion = format_response(think, action) + "<|im_end|>"``; ``<out>/stats.json`` has the harness share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from service.bank.evolver import consolidate, new_bank
+from service.domains import get_domain
+from service.harness import new_state, observe
+from service.policy.parse import parse
+from service.policy.turns import apply_decision, prepare_turn
+from service.policy.wire import format_response
+from service.sessions import evidence_of
+from training.teacher_rules import RuleState, env_think, harness_calls, observe_rules
+
+IM_END = "<|im_end|>"
+MODES = ("inline", "always_on", "env_only")
+
+
+@dataclass
+class TeacherConfig:
+    """Teacher settings."""
+
+    split: str = "train"              # ALFWorld split whose games the expert plays
+    n_games: int | None = None        # first N games (None: all)
+    out: str = "data/teacher"         # output folder
+    max_env_steps: int = 50           # expert step budget per game
+    window: int = 8                   # episodes per bank consolidation window
+    harness_cap: int = 3              # harness calls allowed per step (as the service default)
+    keep_lost: bool = False           # keep trajectories the expert did not win
+    games_dir: str | None = None      # play every finished game folder under this path instead of a split
+    expert: str = "handcoded"         # "handcoded" (planner fallback) or "walkthrough" (stored planner plan)
+    merge_walkthrough: bool = True    # fill games the handcoded expert has not played with walkthrough replays
+    render_only: bool = False         # skip collection; render what is on disk
+    shard: str | None = None          # "i/k": collect every k-th game from i (for parallel collectors)
+
+
+# -------------------------------------------------------------------------------------------- collect
+def collect(games, max_env_steps: int = 50):
+    """Play each game with the handcoded expert (planner fallback); yield raw env trajectories."""
+    from training.envs.alfworld.env import AlfWorldEnv
+
+    envs = {}
+    try:
+        for game in games:
+            for expert in ("handcoded", "planner"):
+                if expert not in envs:
+                    envs[expert] = AlfWorldEnv(expert_type=expert, max_steps=max_env_steps)
+                traj = _play(envs[expert], game)
+                traj["expert"] = expert
+                if traj["won"]:
+                    break
+            yield traj
+    finally:
+        for env in envs.values():
+            env.close()
+
+
+def collect_walkthrough(games, max_env_steps: int = 50):
+    """Cheaper fallback: replay the planner plan stored in each game at generation time (no expert wrapper).
+
+    The planner is privileged (it walks straight to hidden objects), so these trajectories search less than the
+    handcoded expert's; ``run`` uses them only for games the handcoded expert has not played yet.
+    """
+    from training.envs.alfworld.env import AlfWorldEnv
+
+    env = AlfWorldEnv(expert_type=None, max_steps=max_env_steps)
+    try:
+        for game in games:
+            env.reset(game)
+            plan = env.walkthrough()
+            traj = _play(env, game, plan)
+            traj["expert"] = "walkthrough"
+            yield traj
+    finally:
+        env.close()
+
+
+def _play(env, game, plan: list[str] | None = None) -> dict:
+    st = env.reset(game)
+    task = st["task"]
+    steps = [{"observation": st["observation"], "admissible": st["admissible_actions"], "won": False}]
+    actions = []
+    while not st["done"]:
+        if plan is not None:
+            if len(actions) >= len(plan):
+                break
+            action = plan[len(actions)]
+        else:
+            action = (env.expert_plan or ["look"])[0]
+        actions.append(action)
+        st = env.step(action)
+        steps.append({"observation": st["observation"], "admissible": st["admissible_actions"], "won": st["won"]})
+    return {"game": Path(game).name, "task_text": task, "task_type": env.traj_data.get("task_type", ""),
+            "won": bool(env.won), "steps": steps, "actions": actions}
+
+
+# -------------------------------------------------------------------------------------------- render
+def render_episode(traj: dict, mode: str, bank: dict, harness_cap: int = 3) -> tuple[list[dict], dict]:
+    """Replay one trajectory into a harness state of ``mode``; returns (samples, evidence)."""
+    domain = get_domain("alfworld")
+    task = traj["task_text"]
+    state = new_state(task=task, domain="alfworld", mode=mode, bank="memory",
+                      initial_belief=domain.initial_belief(task), harness_cap=harness_cap)
+    state["belief"]["task_type"] = domain.task_type(task)
+    rules = RuleState.for_task(state)
+    entries, controls = bank["entries"], bank.get("controls")
+    samples = []
+
+    def emit(think: str, action: str, kind: str, verb: str | None):
+        nonlocal state
+        ti = prepare_turn(state, entries, controls)
+        completion = format_response(think, action)
+        decision = parse(completion, state["admissible"], ti.verbs)  # the teacher obeys the parser too
+        samples.append({"prompt": ti.prompt, "completion": completion + IM_END, "mode": mode, "kind": kind,
+                        "verb": verb, "game": traj["game"]})
+        state, result = apply_decision(state, decision, domain, entries)
+        return result
+
+    for i, action in enumerate(traj["actions"]):
+        step = traj["steps"][i]
+        state = observe(state, domain, step["observation"], step["admissible"], step["won"])
+        if mode == "inline":
+            for verb, arg, think in harness_calls(rules, state, entries, action):
+                if verb not in prepare_turn(state, entries, controls).verbs:
+                    break
+                emit(think, f"{verb} [{arg}]", "harness", verb)
+        else:
+            observe_rules(rules, state)
+        emit(env_think(rules, state), action, "env", None)
+    last = traj["steps"][-1]
+    state = observe(state, domain, last["observation"], last["admissible"], last["won"])
+    return samples, evidence_of(state, bool(last["won"]))
+
+
+def render_mode(trajs: list[dict], mode: str, window: int = 8, harness_cap: int = 3) -> tuple[list[dict], dict]:
+    """Render all trajectories in order, consolidating the bank every ``window`` episodes."""
+    bank, pending, samples, stamp = new_bank(), [], [], 0
+    for traj in trajs:
+        rows, ev = render_episode(traj, mode, bank, harness_cap)
+        samples += rows
+        pending.append({**ev, "session_id": f"{stamp:04d}-{traj['game']}"})
+        if len(pending) >= window:
+            stamp += 1
+            bank, _ = consolidate(bank, pending, stamp)
+            pending = []
+    if pending:
+        bank, _ = consolidate(bank, pending, stamp + 1)
+    return samples, bank
+
+
+def share_stats(samples: list[dict]) -> dict:
+    harness = [s for s in samples if s["kind"] == "harness"]
+    by_verb: dict[str, int] = {}
+    for s in harness:
+        by_verb[s["verb"]] = by_verb.get(s["verb"], 0) + 1
+    episodes = len({s["game"] for s in samples}) or 1
+    return {"turns": len(samples), "harness_turns": len(harness),
+            "harness_share": round(len(harness) / max(1, len(samples)), 4),
+            "harness_per_episode": round(len(harness) / episodes, 2), "by_verb": by_verb, "episodes": episodes}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--split", default="train")
+    ap.add_argument("--n", type=int, default=None)
+    ap.add_argument("--out", default="data/teacher")
+    ap.add_argument("--max-env-steps", type=int, default=50)
+    ap.add_argument("--window", type=int, default=8)
+    ap.add_argument("--games-dir", default=None, help="use the game folders under this path (e.g. a split being "
+                    "generated)")
+    ap.add_argument("--expert", default="handcoded", choices=("handcoded", "walkthrough"))
+    ap.add_argument("--render-only", action="store_true")
+    ap.add_argument("--shard", default=None, help="i/k: collect only every k-th game from i")
+    args = ap.parse_args(argv)
+    cfg = TeacherConfig(split=args.split, n_games=args.n, out=args.out, max_env_steps=args.max_env_steps,
+                        window=args.window, games_dir=args.games_dir, expert=args.expert,
+                        render_only=args.render_only, shard=args.shard)
+    run(cfg)
+    return 0
+
+
+def run(cfg: TeacherConfig) -> dict:
+    from training.envs.alfworld.driver import split_games
+
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    raw_path = out / f"expert-{cfg.split}.jsonl"
+    started = time.perf_counter()
+    trajs = [json.loads(line) for line in raw_path.read_text().splitlines()] if raw_path.exists() else []
+    if cfg.expert == "walkthrough":
+        raw_path = out / f"walkthrough-{cfg.split}{'.' + cfg.shard.replace('/', 'of') if cfg.shard else ''}.jsonl"
+        trajs = [json.loads(line) for line in raw_path.read_text().splitlines()] if raw_path.exists() else []
+    done = {t["game"] for t in trajs}
+    if cfg.games_dir:
+        from training.envs.alfworld.paths import list_games
+        games = [g for g in list_games(cfg.games_dir) if not any(p.startswith(".") for p in g.parts)]
+        games = games[:cfg.n_games]
+    else:
+        games = split_games(cfg.split, cfg.n_games)
+    if cfg.shard:  # "i/k": every k-th game from i (parallel collectors write separate files)
+        i, k = map(int, cfg.shard.split("/"))
+        games = games[i::k]
+    todo = [g for g in games if Path(g).name not in done]
+    with raw_path.open("a") as f:  # incremental: games already collected are skipped
+        collector = collect_walkthrough if cfg.expert == "walkthrough" else collect
+        for traj in collector(todo, cfg.max_env_steps) if not cfg.render_only else []:
+            f.write(json.dumps(traj) + "\n")
+            f.flush()
+            trajs.append(traj)
+    walk_files = sorted(out.glob(f"walkthrough-{cfg.split}*.jsonl"))
+    if cfg.merge_walkthrough and cfg.expert != "walkthrough" and walk_files:
+        have = {t["game"] for t in trajs if t["won"]}
+        walk = [json.loads(line) for f in walk_files for line in f.read_text().splitlines()]
+        walk = list({t["game"]: t for t in walk}.values())
+        trajs = [t for t in trajs if t["won"]] + [t for t in walk if t["game"] not in have]
+        trajs.sort(key=lambda t: t["game"])
+    kept = [t for t in trajs if t["won"] or cfg.keep_lost]
+    stats = {"games": len(trajs), "won_by_expert": sum(t["won"] for t in trajs),
+             "experts": {e: sum(t["expert"] == e for t in trajs) for e in ("handcoded", "planner", "walkthrough")},
+             "modes": {}}
+    for mode in MODES:
+        samples, bank = render_mode(kept, mode, cfg.window, cfg.harness_cap)
+        (out / f"{mode}.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
+        stats["modes"][mode] = {**share_stats(samples), "bank_entries": len(bank["entries"])}
+        if mode == "inline":
+            (out / "bank.json").write_text(json.dumps(bank, indent=1))
+    stats["seconds"] = round(time.perf_counter() - started, 1)
+    (out / "stats.json").write_text(json.dumps(stats, indent=1))
+    print(json.dumps(stats, indent=1))
+    return stats
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,133 @@
+"""When the teacher calls a harness verb: documented rules that make each call useful.
+
+Subgoals follow the domain's own progress wording (``service.domains.alfworld.progress_events``):
+``take X`` → [``clean|heat|cool X``] → ``put X in|on R`` (pick-two: twice), look tasks ``take X`` →
+``turn on <lamp>``. The teacher's ``think`` is the current subgoal (a few words).
+
+Rules (``inline`` mode only; at most the harness cap per step, checked by the caller):
+
+1. ``recall [obj]`` on the first turn when the bank holds a search priority for the goal object
+   (``where:<obj>`` entry) — the result names where that object usually is.
+2. ``commit [subgoal]`` on the first turn, and again each time the current subgoal is reached (its progress event
+   appears in the last observation) — the Plan panel then shows what to do next.
+3. ``track [obj]`` right before the expert walks to a receptacle where a goal object was seen, when that sighting
+   has left the prompt's history window — the belief still knows it, the prompt no longer shows it.
+4. ``note [avoid <action>]`` after an action that failed ("Nothing happens.") — proposes a mistake entry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from service.domains import get_domain
+from service.domains.alfworld import receptacle_rel
+
+ARG_MAX = 48
+FAILED = "Nothing happens."
+
+
+def subgoals_for(goal: dict, task_type: str | None, belief: dict) -> list[str]:
+    obj, recep, lamp = goal.get("object"), goal.get("receptacle"), goal.get("toggle")
+    if not obj:
+        return []
+    take = f"take {obj}"
+    if task_type == "look_at_obj_in_light":
+        return [take, f"turn on {lamp or 'desklamp'}"]
+    put = f"put {obj} {receptacle_rel(belief, recep or '')} {recep}" if recep else None
+    treat = {"pick_clean_then_place_in_recep": "clean", "pick_heat_then_place_in_recep": "heat",
+             "pick_cool_then_place_in_recep": "cool"}.get(task_type or "")
+    plan = [take] + ([f"{treat} {obj}"] if treat else []) + ([put] if put else [])
+    if task_type == "pick_two_obj_and_place":
+        plan = plan * 2
+    return plan
+
+
+@dataclass
+class RuleState:
+    """The teacher's private bookkeeping for one episode."""
+
+    goal_object: str | None
+    subgoals: list[str]
+    index: int = 0
+    turns: int = 0
+    tracked: set = field(default_factory=set)
+    advanced: bool = False
+
+    @classmethod
+    def for_task(cls, state: dict) -> "RuleState":
+        belief = state["belief"]
+        goal = belief.get("goal") or {}
+        return cls(goal.get("object"), subgoals_for(goal, belief.get("task_type"), belief))
+
+    @property
+    def current(self) -> str:
+        if not self.subgoals:
+            return "explore"
+        return self.subgoals[min(self.index, len(self.subgoals) - 1)]
+
+
+def _clip(text: str) -> str:
+    return "".join(c for c in text if c not in "[]\\<>")[:ARG_MAX].strip()
+
+
+def update_progress(rules: RuleState, state: dict) -> None:
+    """Advance the subgoal index when the last observation reached the current subgoal."""
+    rules.advanced = False
+    if not state["history"] or rules.index >= len(rules.subgoals):
+        return
+    last = state["history"][-1]
+    events = get_domain("alfworld").progress_events(state["belief"], last["observation"], last["action"])
+    if any(e == rules.current or rules.current.startswith(e) for e in events):
+        rules.index += 1
+        rules.advanced = rules.index < len(rules.subgoals)
+
+
+def _seen_in_window(state: dict, recep: str) -> bool:
+    return any(recep in h["action"] or recep in h["observation"] for h in state["history"])
+
+
+def _track_target(rules: RuleState, state: dict, next_action: str) -> str | None:
+    if not next_action.startswith("go to ") or not rules.goal_object:
+        return None
+    target = next_action[len("go to "):]
+    ents = state["belief"].get("entities", {})
+    here = [n for n, e in ents.items() if e.get("kind") == "object" and e.get("at") == target
+            and n.rsplit(" ", 1)[0] == rules.goal_object]
+    if here and target not in rules.tracked and not _seen_in_window(state, target):
+        rules.tracked.add(target)
+        return rules.goal_object
+    return None
+
+
+def harness_calls(rules: RuleState, state: dict, bank_entries: dict, next_action: str) -> list[tuple[str, str, str]]:
+    """(verb, arg, think) calls to make before ``next_action`` in this state; updates ``rules``."""
+    update_progress(rules, state)
+    calls = []
+    obj = rules.goal_object
+    if rules.turns == 0:
+        if obj and any(e.get("key") == f"where:{obj}" for e in bank_entries.values()):
+            calls.append(("recall", obj, f"where is {obj} usually"))
+        if rules.subgoals:
+            calls.append(("commit", rules.current, f"start: {rules.current}"))
+    else:
+        last = state["history"][-1] if state["history"] else None
+        if last and last["observation"].strip() == FAILED:
+            calls.append(("note", _clip(f"avoid {last['action']}"), "that failed"))
+        if rules.advanced:
+            calls.append(("commit", rules.current, f"next: {rules.current}"))
+        tracked = _track_target(rules, state, next_action)
+        if tracked:
+            calls.append(("track", tracked, f"where was {tracked}"))
+    rules.turns += 1
+    return calls
+
+
+def env_think(rules: RuleState, state: dict) -> str:
+    """The think of an environment action: the current subgoal."""
+    return rules.current
+
+
+def observe_rules(rules: RuleState, state: dict) -> None:
+    """For modes without verbs: keep the subgoal index in step with the observations."""
+    update_progress(rules, state)
+    rules.turns += 1
