@@ -103,41 +103,38 @@ class SessionService:
         t0 = time.perf_counter()
         self._check_step(body)
         req_hash = hashlib.sha256(body.model_dump_json().encode()).hexdigest()
-        if idem_key:
-            replay = await self._replay(sid, idem_key, req_hash, tenant)
-            if replay is not None:
-                return replay
-        meta = await self._meta(sid, tenant)
-        token = await self.docs.acquire(sid, self.settings.step_lease_ms)
-        if token is None:
+        status, meta, got = await self.docs.begin(sid, self.settings.step_lease_ms, idem_key)
+        if status == "gone" or meta.get("tenant", "default") != tenant:
+            if status == "ok":
+                await self.docs.release(sid, got[1])
+            raise not_found(sid)
+        if status == "replay":
+            return self._check_replay(got, req_hash)
+        if status == "busy":
             metrics.STEPS.labels("conflict").inc()
             raise ApiError(409, "Step in progress", "another step of this session is running",
                            version=int(meta["version"]))
+        loaded, token = got
+        committed = False
         try:
-            if idem_key:  # a same-key request may have committed while we waited for the lease
-                replay = await self._replay(sid, idem_key, req_hash, tenant)
-                if replay is not None:
-                    return replay
-            return await self._step_locked(sid, body, token, idem_key, req_hash, if_match, key_id, t0, tenant)
+            body_out = await self._step_locked(sid, body, token, idem_key, req_hash, if_match, key_id, t0, loaded,
+                                               tenant)
+            committed = True
+            return body_out
         finally:
-            await asyncio.shield(self.docs.release(sid, token))
+            if not committed:
+                await asyncio.shield(self.docs.release(sid, token))
 
-    async def _replay(self, sid: str, idem_key: str, req_hash: str, tenant: str) -> dict | None:
-        stored = await self.docs.get_idem(sid, idem_key)
-        if stored is None:
-            return None
-        await self._meta(sid, tenant)
+    def _check_replay(self, stored: dict, req_hash: str) -> dict:
         if stored["request_hash"] != req_hash:
             raise ApiError(422, "Idempotency-Key reused",
                            "this Idempotency-Key was used with a different request body")
         metrics.STEPS.labels("replay").inc()
         return stored["body"]
 
-    async def _step_locked(self, sid, body, token, idem_key, req_hash, if_match, key_id, t0, tenant="default") -> dict:
-        try:
-            loaded = await self.docs.load(sid)
-        except DocGone:
-            raise not_found(sid) from None
+    async def _step_locked(self, sid, body, token, idem_key, req_hash, if_match, key_id, t0, loaded,
+                           tenant) -> dict:
+        """Runs under the session's lease; the commit gives the lease back in the same script."""
         v0, state = loaded.version, loaded.state
         if if_match is not None and if_match != v0:
             metrics.STEPS.labels("conflict").inc()
@@ -201,7 +198,7 @@ class SessionService:
         try:
             await self.docs.commit(sid, v0, state_json, events, lease_token=token, idem_key=idem_key,
                                    idem_value=idem_value, idem_ttl=self.settings.idempotency_ttl_s,
-                                   ttl=self.settings.session_ttl_s)
+                                   ttl=self.settings.session_ttl_s, release=True)
         except VersionConflict as e:
             metrics.STEPS.labels("conflict").inc()
             raise ApiError(409, "Version conflict", str(e), version=e.current) from None

@@ -64,6 +64,7 @@ redis.call('SET', state_k, new_state)
 redis.call('HSET', meta_k, unpack(meta))
 if idem_val ~= '' then redis.call('SET', idem_k, idem_val, 'EX', idem_ttl) end
 if n_consume > 0 then redis.call('HDEL', evid_k, unpack(consume)) end
+if token ~= '' and ARGV[11 + n_events + n_consume + n_meta * 2] == '1' then redis.call('DEL', lock_k) end
 if ttl > 0 then
   for _, k in ipairs({state_k, meta_k, events_k, init_k}) do redis.call('EXPIRE', k, ttl) end
 end
@@ -89,6 +90,18 @@ _LOAD = r"""
 local st = redis.call('GET', KEYS[1])
 if not st then return false end
 return {st, redis.call('HGETALL', KEYS[2])}
+"""
+
+_BEGIN = r"""
+-- KEYS: state, meta, lock, idem ; ARGV: token, lease_ms, check_idem (0/1)
+local meta = redis.call('HGETALL', KEYS[2])
+if #meta == 0 then return {'gone'} end
+if ARGV[3] == '1' then
+  local stored = redis.call('GET', KEYS[4])
+  if stored then return {'replay', stored, meta} end
+end
+if not redis.call('SET', KEYS[3], ARGV[1], 'NX', 'PX', tonumber(ARGV[2])) then return {'busy', meta} end
+return {'ok', redis.call('GET', KEYS[1]), meta}
 """
 
 _RELEASE = r"""
@@ -138,6 +151,7 @@ class DocStore:
         self._create = redis.register_script(_CREATE)
         self._release = redis.register_script(_RELEASE)
         self._load = redis.register_script(_LOAD)
+        self._begin = redis.register_script(_BEGIN)
 
     def key(self, doc_id: str, part: str) -> str:
         return f"{self.ns}:{{{self.kind}:{doc_id}}}:{part}"
@@ -182,13 +196,17 @@ class DocStore:
         consume_evidence: list[str] = (),
         meta: dict[str, str] | None = None,
         ttl: int = 0,
+        release: bool = False,
     ) -> int:
-        """Append `events` and set the new state atomically; returns the new version."""
+        """Append `events` and set the new state atomically; returns the new version.
+
+        With `release`, the lease `lease_token` is given back in the same script."""
         meta = meta or {}
         args = [
             expected_version, lease_token or "", _json_or_raw(new_state), ttl,
             idem_value or "", idem_ttl, len(events), len(consume_evidence), len(meta), _now(),
             *[_json_or_raw(e) for e in events], *consume_evidence, *[x for kv in meta.items() for x in kv],
+            "1" if release else "0",
         ]
         status, version = await self._commit(keys=self._keys(doc_id, idem_key), args=args)
         status = _s(status)
@@ -199,6 +217,27 @@ class DocStore:
         if status in ("conflict", "lease"):
             raise VersionConflict(int(version), status)
         raise BadPayload(status)
+
+    async def begin(self, doc_id: str, lease_ms: int, idem_key: str | None = None) -> tuple[str, dict, object]:
+        """One round trip to start a write: ("gone", {}, None) | ("replay", meta, stored idempotent record)
+        | ("busy", meta, None) | ("ok", meta, (Loaded, lease token))."""
+        token = uuid.uuid4().hex
+        keys = [self.key(doc_id, "state"), self.key(doc_id, "meta"), self.key(doc_id, "lock"),
+                self.key(doc_id, f"idem:{idem_key or '_'}")]
+        res = await self._begin(keys=keys, args=[token, lease_ms, "1" if idem_key else "0"])
+        status = _s(res[0])
+        if status == "gone":
+            return "gone", {}, None
+        flat = res[-1]
+        meta = {_s(flat[i]): _s(flat[i + 1]) for i in range(0, len(flat), 2)}
+        if status == "replay":
+            return "replay", meta, json.loads(res[1])
+        if status == "busy":
+            return "busy", meta, None
+        if res[1] is None:  # meta without state: a half-deleted document
+            await self.release(doc_id, token)
+            return "gone", {}, None
+        return "ok", meta, (Loaded(json.loads(res[1]), int(meta["version"]), meta), token)
 
     async def acquire(self, doc_id: str, ttl_ms: int) -> str | None:
         token = uuid.uuid4().hex

@@ -95,3 +95,17 @@ async def test_all_keys_of_a_document_share_one_hash_tag(store):
     keys = store._keys("abc", "idem")
     tags = {k[k.index("{") + 1:k.index("}")] for k in keys}
     assert tags == {"s:abc"}
+
+
+async def test_begin_reads_takes_the_lease_or_replays_in_one_call(store):
+    assert (await store.begin("nope", 10_000))[0] == "gone"
+    await store.create("d", {"n": 0}, {"tenant": "x"})
+    status, meta, (loaded, token) = await store.begin("d", 10_000)
+    assert status == "ok" and meta["tenant"] == "x" and loaded.state == {"n": 0}
+    assert (await store.begin("d", 10_000))[0] == "busy"
+    await store.commit("d", 0, {"n": 1}, [ev(1)], lease_token=token, idem_key="k",
+                       idem_value='{"request_hash": "h", "body": {"v": 1}}', release=True)
+    assert await store.r.get(store.key("d", "lock")) is None      # the commit gave the lease back
+    status, meta, stored = await store.begin("d", 10_000, idem_key="k")
+    assert status == "replay" and stored["body"] == {"v": 1} and meta["version"] == "1"
+    assert await store.r.get(store.key("d", "lock")) is None      # a replay takes no lease
