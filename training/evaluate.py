@@ -51,7 +51,7 @@ def games_for(split: str, n: int | None) -> list[Path]:
 
     folder = DATA_ROOT / split
     if split != "fixtures" and folder.exists():
-        games = [g for g in list_games(folder) if not any(p.startswith(".") for p in g.parts)]
+        games = [g for g in list_games(folder) if not g.name.startswith(".")]
         if games and (n is None or len(games) >= n or (folder / "manifest.json").exists()):
             return games[:n] if n else games
     return split_games(split, n)

@@ -145,7 +145,7 @@ def run(cfg: GRPORunConfig) -> list[dict]:
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     engine = HFEngine(model, tok, model_id="grpo-policy", seed=cfg.seed)
     bank = new_bank()
-    games = [g for g in list_games(cfg.games) if not any(p.startswith(".") for p in g.parts)]
+    games = [g for g in list_games(cfg.games) if not g.name.startswith(".")]
     env = AlfWorldEnv(max_steps=cfg.max_env_steps)
     log, log_path = [], out / "grpo_log.jsonl"
     log_path.write_text("")

@@ -218,7 +218,7 @@ def run(cfg: TeacherConfig) -> dict:
     done = {t["game"] for t in trajs}
     if cfg.games_dir:
         from training.envs.alfworld.paths import list_games
-        games = [g for g in list_games(cfg.games_dir) if not any(p.startswith(".") for p in g.parts)]
+        games = [g for g in list_games(cfg.games_dir) if not g.name.startswith(".")]
         games = games[:cfg.n_games]
     else:
         games = split_games(cfg.split, cfg.n_games)

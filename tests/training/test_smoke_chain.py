@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,7 @@ def test_generate_teacher_sft_grpo_export_serve(tmp_path):
     gdir = tmp_path / "games"
     gdir.mkdir()
     for g in (games[0], games[6]):
-        (gdir / g.name).symlink_to(g)
+        shutil.copytree(g, gdir / g.name)
 
     stats = teacher(TeacherConfig(out=str(tmp_path / "teacher"), games_dir=str(gdir), expert="walkthrough",
                                   merge_walkthrough=False))
