@@ -10,8 +10,9 @@ export ALFWORLD_DATA ?= $(CURDIR)/data/alfworld-home
 install:
 	scripts/setup_venv.sh $(VENV) cpu,train,dev
 
+# dev mode (auth off, loudly announced) unless EVOHARNESS_AUTH=on and keys are configured
 serve: install
-	$(PY) -m service.cli serve $(ARGS)
+	EVOHARNESS_AUTH=$${EVOHARNESS_AUTH:-off} $(PY) -m service.cli serve $(ARGS)
 
 test: install
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)

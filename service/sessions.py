@@ -158,10 +158,10 @@ class SessionService:
                 outcome = await asyncio.wait_for(
                     run_step(observed, domain, self.engine, bank_entries=bank["entries"],
                              bank_controls=bank["controls"], sampling=sampling),
-                    timeout=self.settings.engine_timeout_s * 4,
+                    timeout=self.settings.step_timeout_s,
                 )
             except asyncio.TimeoutError:
-                raise EngineTimeout(f"step took over {self.settings.engine_timeout_s * 4:.0f} s") from None
+                raise EngineTimeout(f"step took over {self.settings.step_timeout_s:.0f} s") from None
             except HarnessError as e:
                 raise ApiError(409, "Step not allowed", str(e), version=v0) from None
             except PolicyOutputError as e:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -31,7 +31,8 @@ class Settings(BaseSettings):
     namespace: str = Field("evo", description="prefix of every Redis key")
     session_ttl_s: int = Field(7 * 86400, description="a session's keys expire this long after its last commit")
     idempotency_ttl_s: int = Field(86400, description="how long a stored step response answers a retry")
-    step_lease_ms: int = Field(120_000, description="single-writer lease per step; expires if a replica dies")
+    step_lease_ms: int = Field(120_000, description="single-writer lease per step; expires if a replica dies; "
+                                                    "must exceed step_timeout_s")
 
     # engine
     engine: str = Field("vllm", description="vllm (in-process AsyncLLM) | remote (vLLM servers over HTTP) | scripted")
@@ -42,6 +43,8 @@ class Settings(BaseSettings):
     kv_cache_gib: float = Field(1.0, description="KV cache size (CPU build: VLLM_CPU_KVCACHE_SPACE)")
     enforce_eager: bool = Field(False, description="skip torch.compile (fast start, slower decode)")
     engine_timeout_s: float = Field(60.0, description="one generation longer than this -> 504")
+    step_timeout_s: float = Field(100.0, description="a whole step (all its turns) longer than this -> 504; "
+                                                     "must stay below the step lease")
 
     # policy
     temperature: float = Field(0.0, ge=0.0, le=2.0)
@@ -66,3 +69,10 @@ class Settings(BaseSettings):
     api_keys: str | None = Field(None, description="JSON list of key records (e.g. from a Kubernetes Secret)")
     rate_limit: int = Field(1200, ge=0, description="requests per key per rate window; 0 = no limit")
     rate_window_s: float = Field(60.0, gt=0, description="rate-limit window (fixed, per key, counted in Redis)")
+
+    @model_validator(mode="after")
+    def _lease_outlives_step(self) -> "Settings":
+        if self.step_lease_ms <= self.step_timeout_s * 1000:
+            raise ValueError(f"step_lease_ms ({self.step_lease_ms}) must exceed step_timeout_s "
+                             f"({self.step_timeout_s} s): a step must never outlive its single-writer lease")
+        return self

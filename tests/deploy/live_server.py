@@ -25,7 +25,8 @@ def live_server(model: Path, log_path: Path, timeout_s: float = 300.0, **env_ove
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
     env.update(EVOHARNESS_MODEL=str(model), EVOHARNESS_ENFORCE_EAGER="1", EVOHARNESS_KV_CACHE_GIB="0.25",
                EVOHARNESS_MAX_MODEL_LEN="2048", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
-               EVOHARNESS_AUTH="off", **env_overrides)
+               EVOHARNESS_AUTH="off")
+    env.update(env_overrides)
     log = open(log_path, "w")
     proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--port", str(port), "--log-level",
                              "warning"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
