@@ -7,6 +7,7 @@ import hashlib
 import json
 import time
 import uuid
+from contextlib import asynccontextmanager
 
 import jsonpatch
 
@@ -231,13 +232,25 @@ class SessionService:
         metrics.STATE_BYTES.observe(state_bytes)
 
     # ---- end / delete --------------------------------------------------------------
-    async def end(self, sid: str, won: bool, tenant: str = "default", key_id: str | None = None) -> dict:
-        await self._meta(sid, tenant)
-        token = await self.docs.acquire(sid, self.settings.step_lease_ms)
-        if token is None:
-            raise ApiError(409, "Step in progress", "another request holds this session")
+    @asynccontextmanager
+    async def _lease(self, sid: str, tenant: str):
+        """Take the session's single-writer lease with its current state (one Redis call); give it back after."""
+        status, meta, got = await self.docs.begin(sid, self.settings.step_lease_ms)
+        if status == "ok" and meta.get("tenant", "default") != tenant:
+            await self.docs.release(sid, got[1])
+        if status == "gone" or meta.get("tenant", "default") != tenant:
+            raise not_found(sid)
+        if status == "busy":
+            raise ApiError(409, "Step in progress", "another request holds this session",
+                           version=int(meta["version"]))
+        loaded, token = got
         try:
-            loaded = await self.docs.load(sid)
+            yield loaded, token
+        finally:
+            await asyncio.shield(self.docs.release(sid, token))
+
+    async def end(self, sid: str, won: bool, tenant: str = "default", key_id: str | None = None) -> dict:
+        async with self._lease(sid, tenant) as (loaded, token):
             state = loaded.state
             if state["status"] == "ended":
                 return {"version": loaded.version, "status": "ended", "won": state["won"]}
@@ -248,8 +261,6 @@ class SessionService:
                                        ttl=self.settings.session_ttl_s)
             await self.docs.r.zrem(self.active_key, sid)
             return {"version": v, "status": "ended", "won": won}
-        finally:
-            await self.docs.release(sid, token)
 
     async def delete(self, sid: str, tenant: str = "default") -> None:
         await self._meta(sid, tenant)
@@ -299,12 +310,7 @@ class SessionService:
 
     # ---- operator controls ---------------------------------------------------------
     async def set_controls(self, sid: str, body, tenant: str = "default", key_id: str | None = None) -> dict:
-        await self._meta(sid, tenant)
-        token = await self.docs.acquire(sid, self.settings.step_lease_ms)
-        if token is None:
-            raise ApiError(409, "Step in progress", "another request holds this session")
-        try:
-            loaded = await self.docs.load(sid)
+        async with self._lease(sid, tenant) as (loaded, token):
             s = json.loads(json.dumps(loaded.state))
             c = s["controls"]
             if body.disabled_verbs is not None:
@@ -321,8 +327,6 @@ class SessionService:
             v = await self.docs.commit(sid, loaded.version, s, [ev], lease_token=token,
                                        ttl=self.settings.session_ttl_s)
             return {"version": v, "controls": c}
-        finally:
-            await self.docs.release(sid, token)
 
 
 def evidence_of(state: dict, won: bool) -> dict:

@@ -9,16 +9,10 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from service.domains.alfworld_text import TASK_TYPES as TASK_TYPES  # one list of task types: the domain's
+
 from .rooms import Room, constants
 
-TASK_TYPES = (
-    "pick_and_place_simple",
-    "look_at_obj_in_light",
-    "pick_clean_then_place_in_recep",
-    "pick_heat_then_place_in_recep",
-    "pick_cool_then_place_in_recep",
-    "pick_two_obj_and_place",
-)
 SHORT_NAMES = {"pick_and_place_simple": "pick", "look_at_obj_in_light": "look",
                "pick_clean_then_place_in_recep": "clean", "pick_heat_then_place_in_recep": "heat",
                "pick_cool_then_place_in_recep": "cool", "pick_two_obj_and_place": "pick_two"}
