@@ -37,9 +37,9 @@ def export(model_dir: str, out: str, adapter: str | None = None, dtype: str = "b
 
 def model_card(dest: Path, params: int, sections: dict[str, str]) -> str:
     parts = ["# EvoHarness default policy (trained)", "",
-             f"A `Qwen3ForCausalLM` with {params:,} parameters trained by `training/` on this repository's generated "
+             (f"A `Qwen3ForCausalLM` with {params:,} parameters trained by `training/` on this repository's generated "
              "ALFWorld games (teacher SFT, then cost-aware GRPO). Serve it with the service's vLLM engine "
-             "(it is grammar-constrained: every action is admissible or a harness verb).", ""]
+             "(it is grammar-constrained: every action is admissible or a harness verb)."), ""]
     for title, body in sections.items():
         parts += [f"## {title}", "", body.strip(), ""]
     text = "\n".join(parts)
@@ -62,8 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.copy(args.bank, dest / "bank.json")
     from safetensors import safe_open
     with safe_open(str(dest / "model.safetensors"), "pt") as f:
-        params = sum(f.get_slice(k).get_shape().numel() if hasattr(f.get_slice(k).get_shape(), "numel")
-                     else _prod(f.get_slice(k).get_shape()) for k in f.keys())
+        params = sum(_prod(f.get_slice(k).get_shape()) for k in f.keys())  # noqa: SIM118
     sections = {}
     if args.notes:
         sections["Training"] = Path(args.notes).read_text()

@@ -28,16 +28,17 @@ class PipelineConfig:
     teacher_out: str = "data/teacher"
     size: str = "nano"
     base: str | None = None               # pretrained HF folder -> LoRA instead of from-scratch
-    sft_steps: int = 400
+    sft_steps: int = 300
     sft_lr: float = 2e-3
     sft_batch: int = 8
-    grpo_updates: int = 4
+    grpo_updates: int = 5
     grpo_group: int = 4
     grpo_games_per_update: int = 1
-    grpo_max_env_steps: int = 20
-    grpo_lr: float = 1e-5
-    eval_n: int = 8
-    eval_max_steps: int = 30
+    grpo_max_env_steps: int = 15
+    grpo_lr: float = 1e-4
+    eval_n: int = 6
+    eval_max_steps: int = 25
+    valid_seen_games: int = 24
     out: str = "models/default-policy"
     stages: list[str] = field(default_factory=lambda: ["games", "teacher", "base", "sft", "grpo", "export", "eval"])
 
@@ -51,9 +52,11 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
     work = Path(cfg.work)
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    done = lambda p: Path(p).exists() and not force  # noqa: E731
+    done = lambda p: Path(p).exists() and not force
     if "games" in cfg.stages:
         sh("training.envs.alfworld.generate", "--split", "train", "--count", str(cfg.train_games))
+        sh("training.envs.alfworld.generate", "--split", "valid_seen", "--count", str(cfg.valid_seen_games))
+        sh("training.envs.alfworld.generate", "--split", "valid_unseen")
     if "teacher" in cfg.stages and not done(f"{cfg.teacher_out}/inline.jsonl"):
         sh("training.teacher", "--games-dir", "data/alfworld/train", "--out", cfg.teacher_out)
     base = cfg.base or str(work / f"base-{cfg.size}")
@@ -73,12 +76,15 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
         sh("training.export", "--model", str(final), "--out", cfg.out, "--bank", f"{cfg.teacher_out}/bank.json")
     if "eval" in cfg.stages:
         for label, model in (("sft", work / "sft" / "model"), ("policy", Path(cfg.out))):
+            modes = ["inline"] if label == "sft" else ["inline", "always_on", "env_only"]
             sh("training.evaluate", "--model", str(model), "--split", "valid_seen", "valid_unseen",
-               "--mode", "inline", "always_on", "env_only", "--n", str(cfg.eval_n),
+               "--mode", *modes, "--n", str(cfg.eval_n),
                "--max-steps", str(cfg.eval_max_steps), "--bank", f"{cfg.teacher_out}/bank.json",
                "--out", str(work / f"eval-{label}"))
     (work / "pipeline.json").write_text(json.dumps({"config": asdict(cfg),
                                                     "seconds": round(time.perf_counter() - t0, 1)}, indent=1))
+    if "export" in cfg.stages:
+        sh("training.card", "--policy", cfg.out, "--work", str(work), "--teacher", cfg.teacher_out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,9 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", default="runs/policy")
     ap.add_argument("--base", default=None, help="pretrained HF folder (LoRA) instead of a from-scratch model")
     ap.add_argument("--size", default="nano")
-    ap.add_argument("--sft-steps", type=int, default=400)
-    ap.add_argument("--grpo-updates", type=int, default=4)
-    ap.add_argument("--eval-n", type=int, default=8)
+    ap.add_argument("--sft-steps", type=int, default=300)
+    ap.add_argument("--grpo-updates", type=int, default=5)
+    ap.add_argument("--eval-n", type=int, default=6)
     ap.add_argument("--stages", nargs="+", default=None)
     ap.add_argument("--force", action="store_true")
     args = ap.parse_args(argv)

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -44,7 +45,7 @@ def diversity_weight(update: int, cfg: RewardConfig) -> float:
 
 
 def count_repeats(env_actions: list[str], calls: list[dict]) -> int:
-    repeats = sum(a == b for a, b in zip(env_actions, env_actions[1:]))
+    repeats = sum(a == b for a, b in itertools.pairwise(env_actions))
     seen = set()
     for c in calls:
         key = (c["verb"], c.get("arg", ""))

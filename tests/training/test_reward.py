@@ -7,12 +7,17 @@ import math
 import pytest
 
 from training.grpo import advantages
-from training.reward import RewardConfig, count_repeats, diversity_weight, episode_reward
+from training.reward import (
+    RewardConfig,
+    count_repeats,
+    diversity_weight,
+    episode_reward,
+)
 
 
 def ep(**kw):
-    base = dict(won=True, steps=10, max_steps=50, env_actions=["go to a 1", "take x 1 from a 1"], observations=[],
-                calls=[], invalid_outputs=0)
+    base = {"won": True, "steps": 10, "max_steps": 50, "env_actions": ["go to a 1", "take x 1 from a 1"],
+            "observations": [], "calls": [], "invalid_outputs": 0}
     return {**base, **kw}
 
 
