@@ -118,7 +118,8 @@ class Stack:
             env = {**base, "REDIS_URL": self.redis.url, "EVOHARNESS_ENGINE": "remote", "EVOHARNESS_MODEL": self.model,
                    "EVOHARNESS_REMOTE_URLS": json.dumps(self.engine_urls), "EVOHARNESS_AUTH": "on",
                    "EVOHARNESS_API_KEYS": json.dumps(key_records()), "EVOHARNESS_RATE_LIMIT": "0",
-                   "EVOHARNESS_ENGINE_TIMEOUT_S": "5", "EVOHARNESS_STEP_LEASE_MS": "25000",
+                   "EVOHARNESS_ENGINE_TIMEOUT_S": "5", "EVOHARNESS_STEP_TIMEOUT_S": "20",
+                   "EVOHARNESS_STEP_LEASE_MS": "25000",
                    **self.service_env}
             proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--engine", "remote", "--port",
                                      str(port), "--log-level", "warning"], cwd=ROOT, env=env, stdout=open(log, "wb"),
