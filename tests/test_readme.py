@@ -15,11 +15,15 @@ from service.embedded_redis import free_port
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
-def walkthrough() -> str:
+def block(name: str, lang: str = "bash") -> str:
     text = README.read_text()
-    block = re.search(r"<!-- walkthrough:start -->\s*```bash\n(.*?)```\s*<!-- walkthrough:end -->", text, re.S)
-    assert block, "README lost its walkthrough block"
-    return block.group(1)
+    found = re.search(rf"<!-- {name}:start -->\s*```{lang}\n(.*?)```\s*<!-- {name}:end -->", text, re.S)
+    assert found, f"README lost its {name} block"
+    return found.group(1)
+
+
+def walkthrough() -> str:
+    return block("walkthrough")
 
 
 def test_readme_names_the_two_commands():
@@ -59,6 +63,20 @@ def test_readme_walkthrough_runs(tiny_model, tmp_path):
         assert lines[2] == "env"
         assert "'receptacle'" in lines[3]                   # Belief knows the fridge after the first observation
         assert lines[5] == "ended" and lines[6] == "1" and int(lines[7]) > 20
+
+        run_env = {**os.environ, "BASE": f"http://127.0.0.1:{port}"}
+        out = subprocess.run([sys.executable, "-c", block("client", "python")], capture_output=True, text=True,
+                             env=run_env, timeout=300)
+        assert out.returncode == 0, out.stdout + out.stderr
+        action, calls, version = out.stdout.strip().rsplit(" ", 2)
+        assert action.strip() in ["take pen 1 from desk 1", "go to drawer 1", "look"]
+        assert int(version) == 2 + int(calls)             # observe + harness turns + the env turn
+
+        out = subprocess.run(["bash", "-euo", "pipefail", "-c", block("cli")], capture_output=True, text=True,
+                             env={**run_env, "EVO": f"{sys.executable} -m service.cli"}, timeout=300)
+        assert out.returncode == 0, out.stdout + out.stderr
+        cli = out.stdout.strip().splitlines()
+        assert '"action"' in out.stdout and cli[-1] == "default" and int(cli[-2]) >= 2
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
