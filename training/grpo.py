@@ -57,6 +57,7 @@ class GRPORunConfig:
     beta: float = 0.01                    # KL to the SFT reference (the study: 0.01)
     max_grad_norm: float = 1.0
     mode: str = "inline"
+    bank: str | None = "data/teacher/bank.json"  # Experience bank to start from (the teacher's); None: empty
     harness_cap: int = 3
     reward: RewardConfig = field(default_factory=RewardConfig)
     seed: int = 0
@@ -144,7 +145,7 @@ def run(cfg: GRPORunConfig) -> list[dict]:
     ref = copy.deepcopy(model).eval() if cfg.beta else None
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     engine = HFEngine(model, tok, model_id="grpo-policy", seed=cfg.seed)
-    bank = new_bank()
+    bank = json.loads(Path(cfg.bank).read_text()) if cfg.bank and Path(cfg.bank).exists() else new_bank()
     games = [g for g in list_games(cfg.games) if not g.name.startswith(".")]
     env = AlfWorldEnv(max_steps=cfg.max_env_steps)
     log, log_path = [], out / "grpo_log.jsonl"
@@ -211,13 +212,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--beta", type=float, default=0.01)
     ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--bank", default="data/teacher/bank.json")
     ap.add_argument("--cost-per-call", type=float, default=0.05)
     ap.add_argument("--cost-per-token", type=float, default=0.0)
     ap.add_argument("--cost-per-second", type=float, default=0.0)
     args = ap.parse_args(argv)
     run(GRPORunConfig(model=args.model, games=args.games, out=args.out, updates=args.updates,
                       games_per_update=args.games_per_update, group=args.group, max_env_steps=args.max_env_steps,
-                      lr=args.lr, beta=args.beta, temperature=args.temperature,
+                      lr=args.lr, beta=args.beta, temperature=args.temperature, bank=args.bank,
                       reward=RewardConfig(cost_per_call=args.cost_per_call, cost_per_token=args.cost_per_token,
                                           cost_per_second=args.cost_per_second)))
     return 0

@@ -23,10 +23,13 @@ pytestmark = pytest.mark.timeout(1500)
 def test_generate_teacher_sft_grpo_export_serve(tmp_path):
     from training.envs.alfworld.paths import fixture_games
     from training.export import export, model_card
-    from training.grpo import GRPORunConfig, run as grpo
+    from training.grpo import GRPORunConfig
+    from training.grpo import run as grpo
     from training.model_init import BaseModelConfig, build_from_scratch
-    from training.sft import SFTRunConfig, run as sft
-    from training.teacher import TeacherConfig, run as teacher
+    from training.sft import SFTRunConfig
+    from training.sft import run as sft
+    from training.teacher import TeacherConfig
+    from training.teacher import run as teacher
 
     games = fixture_games()
     gdir = tmp_path / "games"
@@ -46,7 +49,7 @@ def test_generate_teacher_sft_grpo_export_serve(tmp_path):
                               max_steps=2, batch=2, holdout_games=1, eval_turns=2, max_length=700))
     assert report["constrained_eval"]["turns"] == 2          # grammar-constrained decoding parsed every turn
     log = grpo(GRPORunConfig(model=str(tmp_path / "sft" / "model"), games=str(gdir), out=str(tmp_path / "grpo"),
-                             updates=1, games_per_update=1, group=2, max_env_steps=2))
+                             updates=1, games_per_update=1, group=2, max_env_steps=2, bank=None))
     assert len(log) == 1 and {"reward", "success", "harness_calls_per_episode", "tokens_per_episode"} <= set(log[0])
     assert (tmp_path / "grpo" / "grpo_curves.png").exists()
 
