@@ -5,6 +5,7 @@ Used by `evoharness serve` and by the test fixtures. Needs `redis-server` on PAT
 
 from __future__ import annotations
 
+import random
 import shutil
 import socket
 import subprocess
@@ -13,9 +14,22 @@ import time
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port outside the kernel's ephemeral range.
+
+    A port the kernel hands out (bind to 0) is released before the server binds it, and a slow
+    starter (vLLM takes ~30 s) can lose it to any outgoing connection meanwhile; ports below the
+    ephemeral range (32768-60999 on Linux) are never handed out that way.
+    """
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000-32000")
 
 
 class EmbeddedRedis:

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import httpx
+
+from service.embedded_redis import free_port
 import pytest
 
 # Fast, reliable start on a small CPU box (measured; docs/engines.md). Set before vLLM/torch are imported.
@@ -66,12 +67,6 @@ def tiny_lora(tiny_model, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("adapters") / "random-lora"
     model.save_pretrained(out)
     return out
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _start_server(model: Path, port: int, log_path: Path, extra: list[str] | None = None) -> subprocess.Popen:
