@@ -28,7 +28,8 @@ class PipelineConfig:
     teacher_out: str = "data/teacher"
     size: str = "nano"
     base: str | None = None               # pretrained HF folder -> LoRA instead of from-scratch
-    sft_steps: int = 300
+    sft_steps: int = 150
+    lm_steps: int = 150                   # LM pretraining on transcripts first: 5x the constrained accuracy (docs)
     sft_lr: float = 2e-3
     sft_batch: int = 8
     grpo_updates: int = 5
@@ -64,7 +65,7 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
         sh("training.model_init", "--size", cfg.size, "--corpus", cfg.teacher_out, "--out", base)
     if "sft" in cfg.stages and not done(work / "sft" / "model"):
         sh("training.sft", "--base", base, "--data", cfg.teacher_out, "--out", str(work / "sft"),
-           "--max-steps", str(cfg.sft_steps), "--lr", str(cfg.sft_lr), "--batch", str(cfg.sft_batch),
+           "--max-steps", str(cfg.sft_steps), "--lm-steps", str(cfg.lm_steps), "--lr", str(cfg.sft_lr), "--batch", str(cfg.sft_batch),
            *(["--lora"] if cfg.base else []))
     if "grpo" in cfg.stages and not done(work / "grpo" / "model"):
         sh("training.grpo", "--model", str(work / "sft" / "model"), "--out", str(work / "grpo"),
@@ -93,13 +94,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", default="runs/policy")
     ap.add_argument("--base", default=None, help="pretrained HF folder (LoRA) instead of a from-scratch model")
     ap.add_argument("--size", default="nano")
-    ap.add_argument("--sft-steps", type=int, default=300)
+    ap.add_argument("--sft-steps", type=int, default=150)
+    ap.add_argument("--lm-steps", type=int, default=150)
     ap.add_argument("--grpo-updates", type=int, default=5)
     ap.add_argument("--eval-n", type=int, default=6)
     ap.add_argument("--stages", nargs="+", default=None)
     ap.add_argument("--force", action="store_true")
     args = ap.parse_args(argv)
-    cfg = PipelineConfig(out=args.out, work=args.work, base=args.base, size=args.size, sft_steps=args.sft_steps,
+    cfg = PipelineConfig(out=args.out, work=args.work, base=args.base, size=args.size, sft_steps=args.sft_steps, lm_steps=args.lm_steps,
                          grpo_updates=args.grpo_updates, eval_n=args.eval_n)
     if args.stages:
         cfg.stages = args.stages
