@@ -18,7 +18,7 @@ def cluster_port() -> int:
     import socket
 
     while True:
-        port = random.randint(20000, 50000)
+        port = random.randint(10000, 22000)  # port and bus port stay below the ephemeral range
         try:
             with socket.socket() as a, socket.socket() as b:
                 a.bind(("127.0.0.1", port))
