@@ -37,9 +37,9 @@ def sft_section(work: Path) -> str:
         return "not available"
     cfg = rep["config"]
     losses = [h for h in rep["log"] if "loss" in h]
-    first, last = (losses[0]["loss"], losses[-1]["loss"]) if losses else (None, None)
+    first, last = (f"{losses[0]['loss']:.3f}", f"{losses[-1]['loss']:.3f}") if losses else (None, None)
     return (f"TRL SFTTrainer, completion-only loss, full fine-tune; steps {cfg['max_steps']}, lr {cfg['lr']}, batch "
-            f"{cfg['batch']}, modes {cfg['modes']}; {rep['train_rows']} train rows; wall {rep['seconds']} s. "
+            f"{cfg['batch']}, LM steps before SFT {cfg.get('lm_steps', 0)}, modes {cfg['modes']}; {rep['train_rows']} train rows; wall {rep['seconds']} s. "
             f"Loss {first} → {last}.\n\nConstrained accuracy on held-out games (greedy, service grammar): "
             f"`{json.dumps(rep['constrained_eval'])}`")
 
