@@ -10,12 +10,12 @@ from __future__ import annotations
 import random
 import re
 
-from service.policy.grammar import max_tokens_for, response_regex
 from service.policy.engines.base import GenerationRequest
+from service.policy.grammar import max_tokens_for, response_regex
 from service.policy.parse import parse
 from service.policy.render import VERB_HELP
 
-_ADMISSIBLE = re.compile(r"^Admissible: (.*)$", re.M)
+_ADMISSIBLE = re.compile(r"^Admissible: (.*)$", re.MULTILINE)
 
 
 def turn_constraint(prompt: str) -> tuple[list[str], list[str]]:

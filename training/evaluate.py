@@ -22,7 +22,7 @@ import os
 import time
 from pathlib import Path
 
-from training.agent import EnginePolicy  # noqa: F401  (RecordingPolicy's base)
+from training.agent import EnginePolicy
 
 
 class RecordingPolicy(EnginePolicy):

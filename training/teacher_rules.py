@@ -54,7 +54,7 @@ class RuleState:
     advanced: bool = False
 
     @classmethod
-    def for_task(cls, state: dict) -> "RuleState":
+    def for_task(cls, state: dict) -> RuleState:
         belief = state["belief"]
         goal = belief.get("goal") or {}
         return cls(goal.get("object"), subgoals_for(goal, belief.get("task_type"), belief))
