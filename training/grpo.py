@@ -95,9 +95,10 @@ def advantages(rewards: list[float], eps: float = 1e-4) -> list[float]:
 def turn_logps(model, prompt_ids: list[int], completion_ids: list[int]):
     import torch
 
-    ids = torch.tensor([prompt_ids + completion_ids])
+    ids = torch.tensor([prompt_ids + completion_ids], device=model.device)
     logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1:-1].float()
-    return torch.log_softmax(logits, -1).gather(1, torch.tensor(completion_ids)[:, None])[:, 0]
+    target = torch.tensor(completion_ids, device=model.device)[:, None]
+    return torch.log_softmax(logits, -1).gather(1, target)[:, 0]
 
 
 def grpo_loss(model, ref, samples: list[tuple[dict, float]], beta: float):
@@ -142,6 +143,8 @@ def run(cfg: GRPORunConfig) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
     tok = AutoTokenizer.from_pretrained(cfg.model)
     model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=torch.float32)
+    if torch.cuda.is_available():
+        model = model.to("cuda", dtype=torch.bfloat16)
     ref = copy.deepcopy(model).eval() if cfg.beta else None
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     engine = HFEngine(model, tok, model_id="grpo-policy", seed=cfg.seed)

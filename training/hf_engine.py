@@ -48,12 +48,13 @@ class HFEngine:
         mask = xgr.allocate_token_bitmask(1, self.vocab)
         was_training = self.model.training
         self.model.eval()
-        ids = torch.tensor([prompt_ids])
+        dev = self.model.device
+        ids = torch.tensor([prompt_ids], device=dev)
         past, out_ids, logps = None, [], []
         for _ in range(req.max_tokens):
             out = self.model(input_ids=ids, past_key_values=past, use_cache=True)
             past = out.past_key_values
-            logits = out.logits[0, -1].float()
+            logits = out.logits[0, -1].float().cpu()
             if matcher is not None:
                 matcher.fill_next_token_bitmask(mask, 0)
                 logits = logits.unsqueeze(0)
@@ -72,7 +73,7 @@ class HFEngine:
                     break
             if token == self.eos:
                 break
-            ids = torch.tensor([[token]])
+            ids = torch.tensor([[token]], device=dev)
         if was_training:
             self.model.train()
         text_ids = [t for t in out_ids if t != self.eos]
