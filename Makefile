@@ -17,6 +17,11 @@ serve: install
 test: install
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
+# reproduce models/default-policy end to end (generate -> teacher -> LM+SFT -> GRPO -> export -> evaluate);
+# finished stages are reused, FORCE=--force reruns them
+policy: install
+	OMP_NUM_THREADS=1 $(PY) -m training.pipeline --out models/default-policy --work runs/policy $(FORCE)
+
 model: install
 	$(PY) -m service.policy.bootstrap_model --out models/untrained-tiny
 
