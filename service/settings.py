@@ -14,6 +14,17 @@ DEFAULT_POLICY_DIR = REPO_ROOT / "models" / "default-policy"
 UNTRAINED_DIR = REPO_ROOT / "models" / "untrained-tiny"
 
 
+def model_context_len(model_dir: str, cap: int = 4096) -> int:
+    """The model's own context length (config.json max_position_embeddings), capped; `cap` if unknown."""
+    import json
+
+    try:
+        cfg = json.loads((Path(model_dir) / "config.json").read_text())
+        return min(int(cfg.get("max_position_embeddings") or cap), cap)
+    except (OSError, ValueError):
+        return cap
+
+
 def default_model_path() -> str:
     """The shipped trained policy if present, else the tiny untrained model `make` builds."""
     if (DEFAULT_POLICY_DIR / "config.json").exists():
@@ -39,7 +50,8 @@ class Settings(BaseSettings):
     model: str = Field(default_factory=default_model_path, description="model directory (HF format)")
     adapter: str | None = Field(None, description="optional LoRA adapter directory")
     remote_urls: list[str] = Field(default_factory=list, description="vLLM server base URLs for engine=remote")
-    max_model_len: int = Field(4096, description="context length given to vLLM")
+    max_model_len: int | None = Field(None, description="context length given to vLLM; unset = the model's "
+                                                         "max_position_embeddings, at most 4096")
     kv_cache_gib: float = Field(1.0, description="KV cache size (CPU build: VLLM_CPU_KVCACHE_SPACE)")
     enforce_eager: bool = Field(False, description="skip torch.compile (fast start, slower decode)")
     engine_timeout_s: float = Field(60.0, description="one generation longer than this -> 504")

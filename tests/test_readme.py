@@ -33,10 +33,11 @@ def test_readme_names_the_two_commands():
     assert "make test" in ci
 
 
-def test_readme_walkthrough_runs(tiny_model, tmp_path):
+def test_readme_walkthrough_runs(tmp_path):
+    """Like `make serve`: no model given, so the shipped default policy is served."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
-    env.update(EVOHARNESS_MODEL=str(tiny_model), EVOHARNESS_ENFORCE_EAGER="1", EVOHARNESS_KV_CACHE_GIB="0.25",
+    env.update(EVOHARNESS_ENFORCE_EAGER="1", EVOHARNESS_KV_CACHE_GIB="0.25",
                PYTHONUNBUFFERED="1")
     log = open(tmp_path / "serve.log", "w")
     proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--port", str(port)],

@@ -14,7 +14,7 @@ from service.auth import load_keyring
 from service.banks import BankService
 from service.policy.engines.base import Engine
 from service.sessions import SessionService
-from service.settings import Settings
+from service.settings import Settings, model_context_len
 from service.store.docs import DocStore
 
 log = logging.getLogger("evoharness")
@@ -40,7 +40,7 @@ def build_engine(settings: Settings) -> Engine:
         return make_engine("remote", urls=settings.remote_urls, model=settings.model, adapter=settings.adapter,
                            timeout_s=settings.engine_timeout_s)
     return make_engine(settings.engine, model=settings.model, adapter=settings.adapter,
-                       max_model_len=settings.max_model_len, kv_cache_gib=settings.kv_cache_gib,
+                       max_model_len=settings.max_model_len or model_context_len(settings.model), kv_cache_gib=settings.kv_cache_gib,
                        enforce_eager=settings.enforce_eager, seed=settings.seed or 0,
                        timeout_s=settings.engine_timeout_s)
 
