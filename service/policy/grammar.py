@@ -15,8 +15,10 @@ from service.policy.wire import (
 
 # printable ASCII minus < and > : 0x20-0x3B, 0x3D, 0x3F-0x7E
 TEXT_CLASS = "[ -;=?-~]"
-# ... and minus [ \ ] for verb arguments
+TEXT_FIRST = "[!-;=?-~]"
+# ... and minus [ \ ] for verb arguments, which start with a non-blank (never empty once stripped)
 ARG_CLASS = "[ -;=?-Z^-~]"
+ARG_FIRST = "[!-;=?-Z^-~]"
 _SPECIAL = set("\\.^$|?*+()[]{}/")
 
 
@@ -35,8 +37,8 @@ def action_pattern(admissible: list[str] | None, verbs: list[str]) -> str:
     if admissible is not None:
         alts += [escape(a) for a in admissible]
     else:
-        alts.append(f"{TEXT_CLASS}{{1,{FREE_ACTION_MAX_CHARS}}}")
-    alts += [f"{v} \\[{ARG_CLASS}{{1,{ARG_MAX_CHARS}}}\\]" for v in verbs]
+        alts.append(f"{TEXT_FIRST}{TEXT_CLASS}{{0,{FREE_ACTION_MAX_CHARS - 1}}}")
+    alts += [f"{v} \\[{ARG_FIRST}{ARG_CLASS}{{0,{ARG_MAX_CHARS - 1}}}\\]" for v in verbs]
     return "(" + "|".join(alts) + ")"
 
 

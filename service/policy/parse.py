@@ -39,6 +39,8 @@ def parse(text: str, admissible: list[str] | None, verbs: list[str]) -> Decision
         raise ParseError("empty action")
     vm = _VERB.fullmatch(action)
     if vm is not None and vm["verb"] in verbs:
+        if not vm["arg"].strip():
+            raise ParseError(f"harness verb {vm['verb']!r} needs an argument")
         return Decision("harness", reason, action, vm["verb"], vm["arg"].strip())
     if vm is not None and admissible is not None and action not in admissible:
         raise ParseError(f"harness verb {vm['verb']!r} is not allowed now (allowed: {verbs})")

@@ -70,3 +70,14 @@ def test_prompt_shows_only_allowed_verbs_and_the_last_harness_result():
     assert "Admissible: go to desk 1" in p and "Harness:" not in p
     s2 = {**s, "step_harness_calls": 1, "last_result": {"verb": "track", "arg": "pen", "result": "no belief about pen"}}
     assert "Harness: track [pen] -> no belief about pen" in render_prompt(view_of(s2, []))
+
+
+def test_verb_arguments_are_never_blank():
+    rx = response_regex(ADM, ["recall", "note"])
+    assert not re.fullmatch(rx, format_response("r", "recall [ ]"))
+    assert not re.fullmatch(rx, format_response("r", "note []"))
+    assert re.fullmatch(rx, format_response("r", "recall [a ]"))
+    with pytest.raises(ParseError, match="needs an argument"):
+        parse(format_response("r", "note [  ]"), ADM, ["note"])
+    free = response_regex(None, [])
+    assert not re.fullmatch(free, format_response("r", " "))
