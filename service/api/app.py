@@ -23,7 +23,16 @@ log = logging.getLogger("evoharness")
 def connect_redis(settings: Settings):
     if settings.redis_url is None:
         raise RuntimeError("REDIS_URL is not set (evoharness serve starts a private redis-server when it is unset)")
-    kw = dict(socket_timeout=5, socket_connect_timeout=2, health_check_interval=10)
+    from redis.asyncio.retry import Retry
+    from redis.backoff import ExponentialBackoff
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    # After a Redis restart every pooled connection is stale: retry a command on a fresh connection instead of
+    # answering 503. Safe for writes: a commit is version-checked, so a replayed commit is refused, never doubled.
+    kw = dict(socket_timeout=5, socket_connect_timeout=2, health_check_interval=10,
+              retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 3),
+              retry_on_error=[RedisConnectionError, RedisTimeoutError])
     if settings.redis_cluster:
         from redis.asyncio.cluster import RedisCluster
 

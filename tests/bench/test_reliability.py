@@ -20,7 +20,10 @@ pytestmark = pytest.mark.timeout(1200)
 
 @pytest.fixture(scope="module")
 def stack(tiny_model, tmp_path_factory):
-    s = Stack(str(tiny_model), tmp_path_factory.mktemp("stack"), replicas=2)
+    # a longer per-generation timeout than the full load run's 5 s: on a busy CI box a single generation of the
+    # first step could otherwise end in 504 and hide the single-writer outcome (step timeout 20 s < lease 25 s)
+    s = Stack(str(tiny_model), tmp_path_factory.mktemp("stack"), replicas=2,
+              service_env={"EVOHARNESS_ENGINE_TIMEOUT_S": "15"})
     try:
         yield s.start()
     finally:
