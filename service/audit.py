@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import time
 
-import jsonpatch
-
+from service.jsondiff import diff
 from service.store.docs import DocStore
 
 
 def patch(a: dict, b: dict) -> list:
-    return jsonpatch.make_patch(a, b).patch
+    """The RFC 6902 patch turning `a` into `b` (service.jsondiff; its values share `b`'s subtrees)."""
+    return diff(a, b)
 
 
 def make_event(version: int, kind: str, before: dict, after: dict, **fields) -> dict:
