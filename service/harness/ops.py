@@ -1,4 +1,7 @@
-"""Pure operations on harness state. Each returns a new state; inputs are never mutated."""
+"""Pure operations on harness state. Each returns a new state; inputs are never mutated.
+
+A new state shares the unchanged parts of its input (a changed part is replaced by a new object, never
+changed in place): treat states as immutable values, and copy one before changing it in place."""
 
 from __future__ import annotations
 
@@ -65,20 +68,19 @@ def observe(
     done: bool | None = None,
 ) -> dict:
     """Take in the environment's observation: perception updates Belief (never the policy)."""
-    s = copy.deepcopy(state)
+    s = dict(state)  # structural sharing: parts that change are replaced, never mutated
     action = s["last_action"]
     if s["observation"] is None and action is None:
         belief = domain.perceive(s["belief"], observation, None)
     else:
         belief = domain.perceive(s["belief"], observation, action)
     s["belief"] = _apply_pins(belief, s["controls"].get("pinned_beliefs", {}))
-    first = s.setdefault("first_seen", {})
-    for name, e in s["belief"].get("entities", {}).items():
-        if e.get("kind") == "object" and e.get("at") and name not in first:
-            first[name] = e["at"]
+    first = s.get("first_seen", {})
+    added = {name: e["at"] for name, e in s["belief"].get("entities", {}).items()
+             if e.get("kind") == "object" and e.get("at") and name not in first}
+    s["first_seen"] = {**first, **added} if added else first
     if action is not None:
-        s["history"].append({"action": action, "observation": observation})
-        s["history"] = s["history"][-s["history_window"]:]
+        s["history"] = (s["history"] + [{"action": action, "observation": observation}])[-s["history_window"]:]
         done_texts = domain.progress_events(s["belief"], observation, action)
         if done_texts:
             s["progress"] = _mark_progress(s["progress"], done_texts)
@@ -131,7 +133,7 @@ def apply_verb(
     if verb not in VERBS:
         raise HarnessError(f"unknown verb {verb!r}")
     arg = arg.strip()
-    s = copy.deepcopy(state)
+    s = dict(state)  # structural sharing: parts that change are replaced, never mutated
     if verb == "track":
         result = domain.track(s["belief"], arg)
     elif verb == "commit":
@@ -141,20 +143,22 @@ def apply_verb(
         result = f"committed: {arg}"
     elif verb == "recall":
         hits = top_k_entries(bank_entries or {}, arg or s["task"], recall_k)
+        recalled = list(s["recalled"])
         for e in hits:
-            if e["id"] not in s["recalled"]:
-                s["recalled"].append(e["id"])
+            if e["id"] not in recalled:
+                recalled.append(e["id"])
+        s["recalled"] = recalled
         result = format_entries(hits) if hits else f"no experience about {arg}"
     else:  # note
         if not arg:
             raise HarnessError("note needs an insight")
         if len(s["notes"]) < DEFAULT_NOTES_CAP and arg not in s["notes"]:
-            s["notes"].append(arg)
+            s["notes"] = s["notes"] + [arg]
             result = "noted (consolidated into Experience after the episode)"
         else:
             result = "note not kept (duplicate or note cap reached)"
-    s["budget"]["used"] += 1
-    s["budget"]["harness_calls"] += 1
+    b = s["budget"]
+    s["budget"] = {**b, "used": b["used"] + 1, "harness_calls": b["harness_calls"] + 1}
     s["step_harness_calls"] += 1
     s["last_result"] = {"verb": verb, "arg": arg, "result": result}
     return s, result
@@ -162,8 +166,8 @@ def apply_verb(
 
 def apply_env_action(state: dict, action: str) -> dict:
     """Record the environment action the service returns; its observation arrives next step."""
-    s = copy.deepcopy(state)
+    s = dict(state)  # structural sharing: parts that change are replaced, never mutated
     s["last_action"] = action
-    s["budget"]["used"] += 1
-    s["budget"]["env_steps"] += 1
+    b = s["budget"]
+    s["budget"] = {**b, "used": b["used"] + 1, "env_steps": b["env_steps"] + 1}
     return s

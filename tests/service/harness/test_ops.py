@@ -106,3 +106,31 @@ def test_pinned_belief_survives_perception():
     s = apply_env_action(s, "look")
     s = observe(s, DOM, "The key 1 is on the table.", None)
     assert s["belief"]["entities"]["key 1"]["at"] == "safe 1"
+
+
+def test_chains_of_operations_never_change_earlier_states():
+    """New states share unchanged parts with their input (no deep copies): no state of a chain may move."""
+    import copy
+
+    bank = {"e1": {"id": "e1", "category": "notes", "key": None, "text": "the key is on the table", "evidence": 1}}
+    alf = get_domain("alfworld")
+    for dom, obs in ((DOM, ["You see a key on the table.", "You take the key."]),
+                     (alf, ["You arrive at countertop 1. On the countertop 1, you see a apple 1, and a mug 1.",
+                            "You pick up the apple 1 from the countertop 1."])):
+        s = new_state(task="put a key in safe", domain=dom.name, mode="inline", bank="b",
+                      initial_belief=dom.initial_belief("put a key in safe"), max_steps=40)
+        chain = [s]
+        for i in range(10):
+            s = observe(s, dom, obs[i % 2], ["take key", "look"], won=False)
+            chain.append(s)
+            for verb, arg in (("commit", f"goal {i}"), ("note", f"n{i}"), ("recall", "key"), ("track", "key")):
+                s, _ = apply_verb(s, dom, verb, arg, bank)
+                chain.append(s)
+            s = apply_env_action(s, "take key" if i % 2 else "look")
+            chain.append(s)
+        frozen = copy.deepcopy(chain)
+        s = observe(s, dom, "You see a safe 1.", ["look"])
+        s, _ = apply_verb(s, dom, "note", "last")
+        s = apply_env_action(s, "look")
+        assert chain == frozen
+        assert len(chain[-1]["history"]) == chain[-1]["history_window"]
