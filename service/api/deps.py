@@ -1,4 +1,7 @@
-"""Annotated dependency aliases used by the routes."""
+"""Annotated dependency aliases used by the routes.
+
+Every dependency is `async def`: FastAPI runs a plain `def` dependency in a worker thread, a thread hop per
+dependency per request."""
 
 from __future__ import annotations
 
@@ -26,15 +29,15 @@ class Principal:
     role: str = "admin"
 
 
-def _settings(request: Request) -> Settings:
+async def _settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def _sessions(request: Request) -> SessionService:
+async def _sessions(request: Request) -> SessionService:
     return request.app.state.sessions
 
 
-def _banks(request: Request) -> BankService:
+async def _banks(request: Request) -> BankService:
     return request.app.state.banks
 
 
@@ -78,7 +81,7 @@ async def _principal(request: Request,
 def needs(permission: str):
     """A dependency type: the caller, who must hold `permission` (service.auth.ROLES), else 403."""
 
-    def check(who: Annotated[Principal, Depends(_principal)]) -> Principal:
+    async def check(who: Annotated[Principal, Depends(_principal)]) -> Principal:
         if not key_may(who.role, permission):
             raise ApiError(403, "Forbidden", f"role {who.role!r} may not {PERMISSIONS[permission]}")
         return who
