@@ -24,22 +24,45 @@ def bank_doc(tenant: str, name: str) -> str:
     return f"{tenant}/{name}"
 
 
+_CACHE_BANKS = 256  # parsed bank states kept per process (by version), most recently loaded last
+
+
 class BankService:
     def __init__(self, docs: DocStore, cap: int = 80, lease_ms: int = 120_000, engine: Engine | None = None):
         self.docs, self.cap, self.lease_ms, self.engine = docs, cap, lease_ms, engine
+        self._cache: dict[str, tuple[tuple, dict]] = {}  # doc id -> ((version, created_at), state)
 
     async def ensure(self, name: str, tenant: str = "default") -> None:
         doc = bank_doc(tenant, name)
         if not await self.docs.exists(doc):
             await self.docs.create(doc, new_bank(self.cap), {"tenant": tenant})
 
-    async def read(self, name: str, tenant: str = "default") -> dict:
-        """The bank state sessions read at each step (empty bank if it was never created)."""
+    def meta_key(self, name: str, tenant: str = "default") -> str:
+        """The Redis key whose version/created_at `read(..., seen=...)` takes (see DocStore.begin's `peek`)."""
+        return self.docs.meta_key(bank_doc(tenant, name))
+
+    async def read(self, name: str, tenant: str = "default", seen: list | None = None) -> dict:
+        """The bank state sessions read at each step (empty bank if it was never created).
+
+        `seen`: [version, created_at] of the bank's meta, read by the caller in this request (DocStore.begin
+        with `peek=meta_key(...)`). The parsed state of that version is reused from the cache when it is there,
+        saving the load. The returned state is shared: read it, never change it."""
         doc = bank_doc(tenant, name)
+        if seen is not None:
+            if seen[0] is None:
+                return new_bank(self.cap)
+            hit = self._cache.get(doc)
+            if hit is not None and hit[0] == (seen[0], seen[1]):
+                return hit[1]
         try:
-            return (await self.docs.load(doc)).state
+            loaded = await self.docs.load(doc)
         except DocGone:
             return new_bank(self.cap)
+        self._cache.pop(doc, None)
+        if len(self._cache) >= _CACHE_BANKS:
+            self._cache.pop(next(iter(self._cache)))
+        self._cache[doc] = ((loaded.meta["version"], loaded.meta.get("created_at")), loaded.state)
+        return loaded.state
 
     async def _meta(self, name: str, tenant: str) -> dict:
         doc = bank_doc(tenant, name)

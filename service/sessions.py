@@ -35,10 +35,16 @@ def not_found(session_id: str) -> ApiError:
     return ApiError(404, "Session not found", f"no session {session_id!r}")
 
 
+_BANK_OF_MAX = 50_000  # sessions whose bank (fixed at creation) this process remembers
+
+
 class SessionService:
     def __init__(self, settings: Settings, docs: DocStore, banks: BankService, engine: Engine):
         self.settings, self.docs, self.banks, self.engine = settings, docs, banks, engine
         self.active_key = f"{settings.namespace}:active"
+        # session id -> (tenant, bank name): a step reads its bank's version in the same Redis call that takes
+        # the lease (DocStore.begin peek), and BankService reuses the parsed bank while that version holds
+        self._bank_of: dict[str, tuple[str, str]] = {}
 
     # ---- create -------------------------------------------------------------------
     async def create(self, body, tenant: str = "default", key_id: str | None = None) -> dict:
@@ -104,7 +110,9 @@ class SessionService:
         t0 = time.perf_counter()
         self._check_step(body)
         req_hash = hashlib.sha256(body.model_dump_json().encode()).hexdigest()
-        status, meta, got = await self.docs.begin(sid, self.settings.step_lease_ms, idem_key)
+        bank_of = self._bank_of.get(sid)
+        peek = self.banks.meta_key(bank_of[1], bank_of[0]) if bank_of is not None and not body.done else None
+        status, meta, got = await self.docs.begin(sid, self.settings.step_lease_ms, idem_key, peek=peek)
         if status == "gone" or meta.get("tenant", "default") != tenant:
             if status == "ok":
                 await self.docs.release(sid, got[1])
@@ -152,7 +160,10 @@ class SessionService:
         turns, action, model_s = [], None, 0.0
         final = observed
         if not body.done:
-            bank = await self.banks.read(state["bank"], tenant)
+            seen = loaded.peek if self._bank_of.get(sid) == (tenant, state["bank"]) else None
+            bank = await self.banks.read(state["bank"], tenant, seen=seen)
+            if seen is None and self.docs.can_peek:
+                self._remember_bank(sid, tenant, state["bank"])
             sampling = Sampling(self.settings.temperature, self.settings.top_p, self.settings.seed,
                                 experience_k=self.settings.recall_k)
             try:
@@ -209,6 +220,11 @@ class SessionService:
         self._observe_metrics(turns, final, model_s, store_s, time.perf_counter() - t0, len(state_json))
         return body_out
 
+    def _remember_bank(self, sid: str, tenant: str, bank: str) -> None:
+        if len(self._bank_of) >= _BANK_OF_MAX:
+            self._bank_of.pop(next(iter(self._bank_of)))
+        self._bank_of[sid] = (tenant, bank)
+
     def _observe_metrics(self, turns, final, model_s, store_s, total_s, state_bytes) -> None:
         metrics.STEPS.labels("ok").inc()
         n_harness = 0
@@ -264,6 +280,7 @@ class SessionService:
 
     async def delete(self, sid: str, tenant: str = "default") -> None:
         await self._meta(sid, tenant)
+        self._bank_of.pop(sid, None)
         await self.docs.delete(sid)
         await self.docs.r.zrem(self.active_key, sid)
 

@@ -93,7 +93,7 @@ return {st, redis.call('HGETALL', KEYS[2])}
 """
 
 _BEGIN = r"""
--- KEYS: state, meta, lock, idem ; ARGV: token, lease_ms, check_idem (0/1)
+-- KEYS: state, meta, lock, idem[, peek] ; ARGV: token, lease_ms, check_idem (0/1)
 local meta = redis.call('HGETALL', KEYS[2])
 if #meta == 0 then return {'gone'} end
 if ARGV[3] == '1' then
@@ -101,6 +101,7 @@ if ARGV[3] == '1' then
   if stored then return {'replay', stored, meta} end
 end
 if not redis.call('SET', KEYS[3], ARGV[1], 'NX', 'PX', tonumber(ARGV[2])) then return {'busy', meta} end
+if KEYS[5] then return {'ok', redis.call('GET', KEYS[1]), meta, redis.call('HMGET', KEYS[5], 'version', 'created_at')} end
 return {'ok', redis.call('GET', KEYS[1]), meta}
 """
 
@@ -134,6 +135,7 @@ class Loaded:
     state: dict
     version: int
     meta: dict
+    peek: list | None = None  # begin(peek=...): [version, created_at] of another document, read atomically with it
 
 
 def _now() -> str:
@@ -152,6 +154,8 @@ class DocStore:
         self._release = redis.register_script(_RELEASE)
         self._load = redis.register_script(_LOAD)
         self._begin = redis.register_script(_BEGIN)
+        # one script may touch keys of two documents only on a single Redis server, not on a Redis Cluster
+        self.can_peek = not _is_cluster(redis)
 
     def key(self, doc_id: str, part: str) -> str:
         return f"{self.ns}:{{{self.kind}:{doc_id}}}:{part}"
@@ -218,26 +222,38 @@ class DocStore:
             raise VersionConflict(int(version), status)
         raise BadPayload(status)
 
-    async def begin(self, doc_id: str, lease_ms: int, idem_key: str | None = None) -> tuple[str, dict, object]:
+    async def begin(self, doc_id: str, lease_ms: int, idem_key: str | None = None,
+                    peek: str | None = None) -> tuple[str, dict, object]:
         """One round trip to start a write: ("gone", {}, None) | ("replay", meta, stored idempotent record)
-        | ("busy", meta, None) | ("ok", meta, (Loaded, lease token))."""
+        | ("busy", meta, None) | ("ok", meta, (Loaded, lease token)).
+
+        `peek`: the meta key of another document (see `meta_key`, e.g. the session's bank) whose version and
+        created_at come back in `Loaded.peek` from the same call. Only where `can_peek` (one Redis server: a
+        Redis Cluster refuses keys of two slots in one script); elsewhere it is ignored and `Loaded.peek` is None."""
         token = uuid.uuid4().hex
         keys = [self.key(doc_id, "state"), self.key(doc_id, "meta"), self.key(doc_id, "lock"),
                 self.key(doc_id, f"idem:{idem_key or '_'}")]
+        if peek is not None and self.can_peek:
+            keys.append(peek)
         res = await self._begin(keys=keys, args=[token, lease_ms, "1" if idem_key else "0"])
         status = _s(res[0])
         if status == "gone":
             return "gone", {}, None
-        flat = res[-1]
+        if status == "ok" and (len(res) < 3 or res[1] is None):
+            # meta without state: a half-deleted document (Lua cuts its reply at the nil state)
+            await self.release(doc_id, token)
+            return "gone", {}, None
+        flat = res[2] if status in ("ok", "replay") else res[1]
         meta = {_s(flat[i]): _s(flat[i + 1]) for i in range(0, len(flat), 2)}
         if status == "replay":
             return "replay", meta, json.loads(res[1])
         if status == "busy":
             return "busy", meta, None
-        if res[1] is None:  # meta without state: a half-deleted document
-            await self.release(doc_id, token)
-            return "gone", {}, None
-        return "ok", meta, (Loaded(json.loads(res[1]), int(meta["version"]), meta), token)
+        peeked = [None if x is None else _s(x) for x in res[3]] if len(res) > 3 else None
+        return "ok", meta, (Loaded(json.loads(res[1]), int(meta["version"]), meta, peeked), token)
+
+    def meta_key(self, doc_id: str) -> str:
+        return self.key(doc_id, "meta")
 
     async def acquire(self, doc_id: str, ttl_ms: int) -> str | None:
         token = uuid.uuid4().hex
@@ -280,6 +296,14 @@ class DocStore:
         for p in ("state", "meta", "events", "init"):
             total += await self.r.memory_usage(self.key(doc_id, p)) or 0
         return total
+
+
+def _is_cluster(redis) -> bool:
+    try:
+        from redis.asyncio.cluster import RedisCluster
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(redis, RedisCluster)
 
 
 def _s(x) -> str:

@@ -109,3 +109,26 @@ async def test_begin_reads_takes_the_lease_or_replays_in_one_call(store):
     status, meta, stored = await store.begin("d", 10_000, idem_key="k")
     assert status == "replay" and stored["body"] == {"v": 1} and meta["version"] == "1"
     assert await store.r.get(store.key("d", "lock")) is None      # a replay takes no lease
+
+
+async def test_begin_can_peek_at_another_documents_version(store):
+    other = DocStore(store.r, store.ns, "b")
+    await store.create("d", {"n": 0}, {})
+    status, _, (loaded, token) = await store.begin("d", 10_000, peek=other.meta_key("nope"))
+    assert status == "ok" and loaded.peek == [None, None]
+    await store.release("d", token)
+    await other.create("bank", {"entries": {}}, {})
+    await other.commit("bank", 0, {"entries": {"e": 1}}, [ev(1)])
+    created = (await other.load("bank")).meta["created_at"]
+    status, _, (loaded, token) = await store.begin("d", 10_000, peek=other.meta_key("bank"))
+    assert loaded.peek == ["1", created] and loaded.state == {"n": 0}
+    await store.release("d", token)
+    status, _, (loaded, token) = await store.begin("d", 10_000)
+    assert loaded.peek is None
+
+
+async def test_begin_on_a_half_deleted_document_is_gone(store):
+    await store.create("d", {"n": 0}, {})
+    await store.r.delete(store.key("d", "state"))
+    assert (await store.begin("d", 10_000))[0] == "gone"
+    assert await store.r.get(store.key("d", "lock")) is None
