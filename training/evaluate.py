@@ -124,11 +124,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bank", default=None, help="bank JSON to start from (default: <model>/bank.json if present)")
     ap.add_argument("--out", default=None, help="report folder (default: runs/eval/<model name>)")
     ap.add_argument("--kv-cache-gib", type=float, default=0.25)
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="sampling temperature (0 = greedy); serve with the same EVOHARNESS_TEMPERATURE")
+    ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=None,
+                    help="per-request seed (default none: the engine's generator runs on, so a repeated prompt can "
+                         "be answered differently, as in serving)")
     args = ap.parse_args(argv)
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from service.bank.evolver import new_bank
     from service.policy.engines.vllm_local import VLLMEngine
+    from service.policy.turns import Sampling
     from training.plots import plot_bars
 
     model = Path(args.model)
@@ -137,8 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out or f"runs/eval/{model.name}")
     out.mkdir(parents=True, exist_ok=True)
     engine = VLLMEngine(model, max_model_len=2048, kv_cache_gib=args.kv_cache_gib, enforce_eager=True)
-    report = {"model": str(model), "max_steps": args.max_steps, "n": args.n, "results": {}, "seconds": {}}
-    policy = RecordingPolicy(engine)  # one engine and event loop for every split and mode
+    sampling = Sampling(temperature=args.temperature, top_p=args.top_p,
+                        seed=args.seed)
+    report = {"model": str(model), "max_steps": args.max_steps, "n": args.n, "results": {}, "seconds": {},
+              "sampling": {"temperature": args.temperature, "top_p": args.top_p, "seed": sampling.seed}}
+    policy = RecordingPolicy(engine, sampling=sampling)  # one engine and event loop for every split and mode
     try:
         for split in args.split:
             games = games_for(split, args.n)

@@ -57,17 +57,20 @@ class TeacherConfig:
     merge_walkthrough: bool = True    # fill games the handcoded expert has not played with walkthrough replays
     render_only: bool = False         # skip collection; render what is on disk
     shard: str | None = None          # "i/k": collect every k-th game from i (for parallel collectors)
+    planner_fallback: bool = False    # replay a game the handcoded expert lost with the planner (off: Fast
+                                      # Downward can search for minutes on pick-two games in large rooms, and its
+                                      # privileged plans walk straight to hidden objects, which a policy cannot copy)
 
 
 # -------------------------------------------------------------------------------------------- collect
-def collect(games, max_env_steps: int = 50):
-    """Play each game with the handcoded expert (planner fallback); yield raw env trajectories."""
+def collect(games, max_env_steps: int = 50, planner_fallback: bool = False):
+    """Play each game with the handcoded expert (optionally the planner when it loses); yield raw trajectories."""
     from training.envs.alfworld.env import AlfWorldEnv
 
     envs = {}
     try:
         for game in games:
-            for expert in ("handcoded", "planner"):
+            for expert in ("handcoded", "planner") if planner_fallback else ("handcoded",):
                 if expert not in envs:
                     envs[expert] = AlfWorldEnv(expert_type=expert, max_steps=max_env_steps)
                 traj = _play(envs[expert], game)
@@ -195,11 +198,14 @@ def main(argv: list[str] | None = None) -> int:
                     "generated)")
     ap.add_argument("--expert", default="handcoded", choices=("handcoded", "walkthrough"))
     ap.add_argument("--render-only", action="store_true")
+    ap.add_argument("--planner-fallback", action="store_true", help="replay games the handcoded expert lost with "
+                    "the planner (slow on some pick-two games)")
     ap.add_argument("--shard", default=None, help="i/k: collect only every k-th game from i")
     args = ap.parse_args(argv)
     cfg = TeacherConfig(split=args.split, n_games=args.n, out=args.out, max_env_steps=args.max_env_steps,
                         window=args.window, games_dir=args.games_dir, expert=args.expert,
-                        render_only=args.render_only, shard=args.shard)
+                        render_only=args.render_only, shard=args.shard,
+                        planner_fallback=args.planner_fallback)
     run(cfg)
     return 0
 
@@ -227,8 +233,11 @@ def run(cfg: TeacherConfig) -> dict:
         games = games[i::k]
     todo = [g for g in games if Path(g).name not in done]
     with raw_path.open("a") as f:  # incremental: games already collected are skipped
-        collector = collect_walkthrough if cfg.expert == "walkthrough" else collect
-        for traj in collector(todo, cfg.max_env_steps) if not cfg.render_only else []:
+        if cfg.expert == "walkthrough":
+            trajs_in = collect_walkthrough(todo, cfg.max_env_steps)
+        else:
+            trajs_in = collect(todo, cfg.max_env_steps, cfg.planner_fallback)
+        for traj in trajs_in if not cfg.render_only else []:
             f.write(json.dumps(traj) + "\n")
             f.flush()
             trajs.append(traj)

@@ -63,3 +63,12 @@ def test_generate_split_cli_with_workers_and_cache(tmp_path, capsys):
     again = generate.generate_split("fixtures", out=tmp_path, count=3, progress=False)
     assert again.get("cached") is True
     assert "3 solvable games" in capsys.readouterr().out
+
+
+def test_planner_check_runs_in_a_killable_child(alf_games):
+    """The solvability check answers like the in-process planner, and gives up (None) when out of time."""
+    game = alf_games[0] / GAME_FILE
+    walkthrough = read_game(alf_games[0])["walkthrough"]
+    assert generate.plan_and_verify(game, timeout_s=None) == walkthrough
+    assert generate.plan_and_verify(game, timeout_s=60) == walkthrough
+    assert generate.plan_and_verify(game, timeout_s=0.001) is None

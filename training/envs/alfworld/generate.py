@@ -15,6 +15,7 @@ import json
 import multiprocessing
 import os
 import random
+import signal
 import sys
 import time
 from pathlib import Path
@@ -61,8 +62,52 @@ def build_game(spec: GameSpec, attempt: int = 0) -> tuple[str, dict, dict]:
     return name, traj, game
 
 
-def plan_and_verify(game_path: Path) -> list[str] | None:
-    """Ask Fast Downward for a plan, replay it on the real engine; the plan if it wins, else None."""
+PLAN_TIMEOUT_S = 90.0  # Fast Downward's search can blow up (pick-two in large rooms); such a game is resampled
+
+
+def plan_and_verify(game_path: Path, timeout_s: float | None = PLAN_TIMEOUT_S) -> list[str] | None:
+    """Ask Fast Downward for a plan, replay it on the real engine; the plan if it wins, else None.
+
+    The search runs inside the C++ extension, which no Python signal interrupts, so with ``timeout_s`` it runs in a
+    forked child that is killed when the time is up (the attempt then counts as unsolvable and is resampled). The
+    limit is generous (most games plan in 0.5-4 s) so that a split's content does not depend on machine speed.
+    """
+    if not timeout_s:
+        return _plan_and_verify(game_path)
+    # os.fork, not multiprocessing.Process: the generator's pool workers are daemonic and may not start children
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: plan, send the JSON answer, exit without running the parent's cleanup
+        code = 0
+        try:
+            os.close(read_fd)
+            with os.fdopen(write_fd, "w") as w:
+                w.write(json.dumps(_plan_and_verify(game_path)))
+        except BaseException:
+            code = 1
+        os._exit(code)
+    os.close(write_fd)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return None
+        with os.fdopen(read_fd, "r") as r:
+            text = r.read()
+        read_fd = -1
+        return json.loads(text) if text else None
+    finally:
+        if read_fd >= 0:
+            os.close(read_fd)
+
+
+def _plan_and_verify(game_path: Path) -> list[str] | None:
     import textworld
     from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
 
