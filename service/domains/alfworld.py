@@ -10,7 +10,8 @@ Entities: objects carry {"kind": "object", "at": <receptacle>|None, "rel": "in"|
 openable ones, once known) and `visited`. An object is "in" an openable receptacle (the engine says
 "In it, you see") and "on" any other ("On the X, you see").
 
-Every function is pure: inputs are never mutated, results are fresh JSON-serialisable dicts.
+Every function is pure: inputs are never mutated, results are new JSON-serialisable dicts that share the
+parts perception did not change with the input (treat beliefs as immutable values).
 
 Progress events (`progress_events`) are short lower-case subgoal texts naming *types*, not instances:
 
@@ -25,8 +26,6 @@ Progress events (`progress_events`) are short lower-case subgoal texts naming *t
 """
 
 from __future__ import annotations
-
-import copy
 
 from service.domains.alfworld_text import (
     OPENABLE_TYPES,
@@ -65,28 +64,52 @@ def receptacle_rel(belief: dict, recep: str) -> str:
 
 
 class _Updater:
-    """Applies perception events to a private deep copy of a belief."""
+    """Applies perception events to a private copy of a belief.
+
+    Copy on write: the belief and its entity table are copied up front, an entity (with its attrs) only when
+    an event changes it, so the result shares the unchanged entities with the input and the input is never
+    changed."""
 
     def __init__(self, belief: dict):
-        self.b = copy.deepcopy(belief) if belief else _empty_belief()
-        for key, value in _empty_belief().items():
-            self.b.setdefault(key, copy.deepcopy(value))
-        self.ents = self.b["entities"]
+        if belief:
+            self.b = dict(belief)
+            for key, value in _empty_belief().items():
+                if key not in self.b:
+                    self.b[key] = value
+        else:
+            self.b = _empty_belief()
+        self.ents = self.b["entities"] = dict(self.b["entities"])
+        self._owned: set[str] = set()   # entities copied (or created) by this updater, free to change
 
     # -- helpers
+    def own(self, name: str) -> dict:
+        """The entity `name` (which must exist), copied once so that it may be changed."""
+        ent = self.ents[name]
+        if name not in self._owned:
+            ent = dict(ent)
+            if isinstance(ent.get("attrs"), dict):
+                ent["attrs"] = dict(ent["attrs"])
+            self.ents[name] = ent
+            self._owned.add(name)
+        return ent
+
     def recep(self, name: str) -> dict:
         ent = self.ents.get(name)
         if ent is None or ent.get("kind") != "receptacle":
             ent = {"kind": "receptacle", "attrs": dict((ent or {}).get("attrs") or {})}
             self.ents[name] = ent
-        return ent
+            self._owned.add(name)
+            return ent
+        return self.own(name)
 
     def obj(self, name: str) -> dict:
         ent = self.ents.get(name)
         if ent is None or ent.get("kind") != "object":
             ent = {"kind": "object", "at": None, "rel": None, "attrs": dict((ent or {}).get("attrs") or {})}
             self.ents[name] = ent
-        return ent
+            self._owned.add(name)
+            return ent
+        return self.own(name)
 
     def release(self, name: str) -> None:
         if name in self.b["holding"]:
@@ -149,8 +172,9 @@ class _Updater:
         for o in ev["objects"]:
             self.place(o, name, ev["rel"])
         # objects believed here but not listed any more: location unknown
-        for other, oent in self.ents.items():
+        for other, oent in list(self.ents.items()):
             if oent.get("kind") == "object" and oent.get("at") == name and other not in seen:
+                oent = self.own(other)
                 oent["at"], oent["rel"] = None, None
 
     def on_closed(self, ev, act):
@@ -208,7 +232,7 @@ class _Updater:
                 self.release(h)
                 ent = self.ents.get(h)
                 if ent and ent.get("rel") == "held":
-                    ent["rel"] = None
+                    self.own(h)["rel"] = None
         for o in ev["objects"]:
             self.hold(o)
 
@@ -224,6 +248,16 @@ class _Updater:
 @register
 class AlfworldDomain:
     name = "alfworld"
+    _parsed = None  # ((observation, action), (parsed action, events)): perceive and progress_events share a parse
+
+    def _parse(self, observation: str, action: str | None) -> tuple[dict, list[dict]]:
+        """parse_action + parse_observation, remembered for the last (observation, action); read-only results."""
+        key = (observation, action)
+        if self._parsed is not None and self._parsed[0] == key:
+            return self._parsed[1]
+        out = (parse_action(action), parse_observation(observation or "", action))
+        self._parsed = (key, out)
+        return out
 
     # ------------------------------------------------------------ protocol
     def initial_belief(self, task: str, observation: str | None = None) -> dict:
@@ -235,9 +269,8 @@ class AlfworldDomain:
         return belief
 
     def perceive(self, belief: dict, observation: str, action: str | None) -> dict:
-        act = parse_action(action)
+        act, events = self._parse(observation, action)
         up = _Updater(belief)
-        events = parse_observation(observation or "", action)
         if any(ev["kind"] == "failed" for ev in events):
             return up.b
         for ev in events:
@@ -251,8 +284,7 @@ class AlfworldDomain:
         return parse_task(task)["task_type"]
 
     def progress_events(self, belief: dict, observation: str, action: str | None) -> list[str]:
-        act = parse_action(action)
-        events = parse_observation(observation or "", action)
+        act, events = self._parse(observation, action)
         if any(ev["kind"] == "failed" for ev in events):
             return []
         goal = (belief or {}).get("goal") or {}
