@@ -219,12 +219,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cost-per-call", type=float, default=0.05)
     ap.add_argument("--cost-per-token", type=float, default=0.0)
     ap.add_argument("--cost-per-second", type=float, default=0.0)
+    ap.add_argument("--div-anneal-updates", type=int, default=150,
+                    help="U: updates over which the verb-diversity bonus anneals to 0 (the study: 150); a short CPU "
+                         "run needs a U within its horizon or the bonus outweighs the cost term")
+    ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
     run(GRPORunConfig(model=args.model, games=args.games, out=args.out, updates=args.updates,
                       games_per_update=args.games_per_update, group=args.group, max_env_steps=args.max_env_steps,
                       lr=args.lr, beta=args.beta, temperature=args.temperature, bank=args.bank,
+                      threads=args.threads,
                       reward=RewardConfig(cost_per_call=args.cost_per_call, cost_per_token=args.cost_per_token,
-                                          cost_per_second=args.cost_per_second)))
+                                          cost_per_second=args.cost_per_second,
+                                          div_anneal_updates=args.div_anneal_updates)))
     return 0
 
 

@@ -32,13 +32,18 @@ class PipelineConfig:
     lm_steps: int = 150                   # LM pretraining on transcripts first: 5x the constrained accuracy (docs)
     sft_lr: float = 2e-3
     sft_batch: int = 8
+    sft_max_length: int = 768             # prompt + completion tokens (teacher rows: p99 ~590, max ~670)
+    threads: int = 2                      # torch threads for SFT and GRPO
     grpo_updates: int = 5
     grpo_group: int = 4
     grpo_games_per_update: int = 1
     grpo_max_env_steps: int = 15
     grpo_lr: float = 1e-4
+    grpo_cost_per_call: float = 0.05
+    grpo_div_anneal: int = 150            # U of the diversity bonus (the study: 150 updates)
     eval_n: int = 6
     eval_max_steps: int = 25
+    eval_temperature: float = 0.0         # 0 = greedy; the serving default must match (EVOHARNESS_TEMPERATURE)
     valid_seen_games: int = 24
     out: str = "models/default-policy"
     stages: list[str] = field(default_factory=lambda: ["games", "teacher", "base", "sft", "grpo", "export", "eval"])
@@ -66,12 +71,14 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
     if "sft" in cfg.stages and not done(work / "sft" / "model"):
         sh("training.sft", "--base", base, "--data", cfg.teacher_out, "--out", str(work / "sft"),
            "--max-steps", str(cfg.sft_steps), "--lm-steps", str(cfg.lm_steps), "--lr", str(cfg.sft_lr), "--batch", str(cfg.sft_batch),
+           "--max-length", str(cfg.sft_max_length), "--threads", str(cfg.threads),
            *(["--lora"] if cfg.base else []))
     if "grpo" in cfg.stages and not done(work / "grpo" / "model"):
         sh("training.grpo", "--model", str(work / "sft" / "model"), "--out", str(work / "grpo"),
            "--updates", str(cfg.grpo_updates), "--group", str(cfg.grpo_group),
            "--games-per-update", str(cfg.grpo_games_per_update), "--max-env-steps", str(cfg.grpo_max_env_steps),
-           "--lr", str(cfg.grpo_lr))
+           "--lr", str(cfg.grpo_lr), "--cost-per-call", str(cfg.grpo_cost_per_call),
+           "--div-anneal-updates", str(cfg.grpo_div_anneal), "--threads", str(cfg.threads))
     final = work / "grpo" / "model" if (work / "grpo" / "model").exists() else work / "sft" / "model"
     if "export" in cfg.stages:
         sh("training.export", "--model", str(final), "--out", cfg.out, "--bank", f"{cfg.teacher_out}/bank.json")
@@ -81,6 +88,7 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
             sh("training.evaluate", "--model", str(model), "--split", "valid_seen", "valid_unseen",
                "--mode", *modes, "--n", str(cfg.eval_n),
                "--max-steps", str(cfg.eval_max_steps), "--bank", f"{cfg.teacher_out}/bank.json",
+               "--temperature", str(cfg.eval_temperature),
                "--out", str(work / f"eval-{label}"))
     (work / "pipeline.json").write_text(json.dumps({"config": asdict(cfg),
                                                     "seconds": round(time.perf_counter() - t0, 1)}, indent=1))
