@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from training.envs.alfworld import generate
 from training.envs.alfworld.gamefiles import read_game, read_traj
 from training.envs.alfworld.paths import GAME_FILE, TRAJ_FILE, list_games
@@ -66,9 +68,10 @@ def test_generate_split_cli_with_workers_and_cache(tmp_path, capsys):
 
 
 def test_planner_check_runs_in_a_killable_child(alf_games):
-    """The solvability check answers like the in-process planner, and gives up (None) when out of time."""
+    """The solvability check answers like the in-process planner, and gives up when out of time."""
     game = alf_games[0] / GAME_FILE
     walkthrough = read_game(alf_games[0])["walkthrough"]
     assert generate.plan_and_verify(game, timeout_s=None) == walkthrough
     assert generate.plan_and_verify(game, timeout_s=60) == walkthrough
-    assert generate.plan_and_verify(game, timeout_s=0.001) is None
+    with pytest.raises(generate.PlanTimeout):
+        generate.plan_and_verify(game, timeout_s=0.001)

@@ -30,6 +30,7 @@ from .tasks import sample_task
 
 GENERATOR_VERSION = 1
 MAX_ATTEMPTS = 8
+MAX_TIMEOUTS = 2  # planner timeouts after which a spec is skipped (recorded in the manifest) instead of resampled
 
 
 def game_name(spec: GameSpec, task) -> str:
@@ -65,12 +66,17 @@ def build_game(spec: GameSpec, attempt: int = 0) -> tuple[str, dict, dict]:
 PLAN_TIMEOUT_S = 90.0  # Fast Downward's search can blow up (pick-two in large rooms); such a game is resampled
 
 
+class PlanTimeout(RuntimeError):
+    """The planner did not answer within the time limit."""
+
+
 def plan_and_verify(game_path: Path, timeout_s: float | None = PLAN_TIMEOUT_S) -> list[str] | None:
     """Ask Fast Downward for a plan, replay it on the real engine; the plan if it wins, else None.
 
     The search runs inside the C++ extension, which no Python signal interrupts, so with ``timeout_s`` it runs in a
-    forked child that is killed when the time is up (the attempt then counts as unsolvable and is resampled). The
-    limit is generous (most games plan in 0.5-4 s) so that a split's content does not depend on machine speed.
+    forked child that is killed when the time is up (``PlanTimeout``; the attempt is resampled, and after
+    ``MAX_TIMEOUTS`` the spec is skipped). The limit is generous (most games plan in 0.5-4 s) so that a split's content
+    does not depend on machine speed.
     """
     if not timeout_s:
         return _plan_and_verify(game_path)
@@ -97,7 +103,7 @@ def plan_and_verify(game_path: Path, timeout_s: float | None = PLAN_TIMEOUT_S) -
         else:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
-            return None
+            raise PlanTimeout(f"no plan within {timeout_s:.0f} s for {game_path}")
         with os.fdopen(read_fd, "r") as r:
             text = r.read()
         read_fd = -1
@@ -134,6 +140,7 @@ def generate_game(spec: GameSpec, out: Path) -> dict:
     from . import patches
     patches.apply("memoize_templates")  # same text, ~4x faster replay
     started = time.perf_counter()
+    timeouts = 0
     for attempt in range(MAX_ATTEMPTS):
         name, traj, game = build_game(spec, attempt)
         folder = out / name
@@ -142,7 +149,15 @@ def generate_game(spec: GameSpec, out: Path) -> dict:
             return existing
         tmp = out / f".tmp-{name}-{os.getpid()}"
         try:
-            plan = plan_and_verify(write_game(tmp, traj, game))
+            try:
+                plan = plan_and_verify(write_game(tmp, traj, game))
+            except PlanTimeout:
+                timeouts += 1
+                if timeouts >= MAX_TIMEOUTS:
+                    return {"game": None, "skipped": f"{spec.index:04d}-{spec.task_type}-{spec.room}",
+                            "reason": f"planner timed out {timeouts}x", "task_type": spec.task_type,
+                            "room": spec.room}
+                continue
             if plan is None:
                 continue
             game["solvable"], game["walkthrough"] = True, plan
@@ -216,9 +231,11 @@ def generate_split(split: str, out: Path | str | None = None, workers: int | Non
                 records.append(record)
                 bar.update()
     bar.close()
-    records.sort(key=lambda r: r["game"])
+    skipped = sorted((r for r in records if r.get("game") is None), key=lambda r: r["skipped"])
+    records = sorted((r for r in records if r.get("game") is not None), key=lambda r: r["game"])
     manifest = {"split": split, "seed": seed, "count": len(specs), "version": GENERATOR_VERSION,
-                "workers": workers, "seconds": round(time.perf_counter() - started, 2), "games": records}
+                "workers": workers, "seconds": round(time.perf_counter() - started, 2), "games": records,
+                "skipped": skipped}
     manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
 
@@ -233,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     manifest = generate_split(args.split, args.out, args.workers, args.count, args.seed)
     games = manifest["games"]
+    for skip in manifest.get("skipped", []):
+        print(f"skipped {skip['skipped']}: {skip['reason']}")
     print(f"{args.split}: {len(games)} solvable games in {Path(args.out or DATA_ROOT) / args.split} "
           f"({'cached' if manifest.get('cached') else str(manifest['seconds']) + ' s'}, "
           f"mean plan {sum(g['plan_steps'] for g in games) / max(1, len(games)):.1f} steps)")
