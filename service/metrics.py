@@ -36,3 +36,16 @@ def position_bucket(env_step: int) -> str:
         if lo <= env_step <= hi:
             return name
     return "80+"
+
+
+_CHILDREN: dict = {}
+
+
+def child(metric, *labels):
+    """`metric.labels(*labels)`, looked up once per label set (the hot path records about ten per step).
+    Label values here come from small fixed sets (kinds, verbs, outcomes, buckets, parts)."""
+    key = (metric, labels)
+    c = _CHILDREN.get(key)
+    if c is None:
+        c = _CHILDREN[key] = metric.labels(*labels)
+    return c

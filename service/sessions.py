@@ -226,25 +226,26 @@ class SessionService:
         self._bank_of[sid] = (tenant, bank)
 
     def _observe_metrics(self, turns, final, model_s, store_s, total_s, state_bytes) -> None:
-        metrics.STEPS.labels("ok").inc()
+        child = metrics.child
+        child(metrics.STEPS, "ok").inc()
         n_harness = 0
         bucket = metrics.position_bucket(final["budget"]["env_steps"])
         for t in turns:
-            metrics.TURNS.labels(t.kind).inc()
+            child(metrics.TURNS, t.kind).inc()
             purpose = "harness" if t.kind == "harness" else "env"
-            metrics.TOKENS.labels("prompt", purpose).inc(t.prompt_tokens)
-            metrics.TOKENS.labels("completion", purpose).inc(t.completion_tokens)
+            child(metrics.TOKENS, "prompt", purpose).inc(t.prompt_tokens)
+            child(metrics.TOKENS, "completion", purpose).inc(t.completion_tokens)
             if t.kind == "harness":
                 n_harness += 1
                 outcome = "empty" if (t.result or "").startswith(("no belief", "no experience")) else "ok"
-                metrics.HARNESS_CALLS.labels(t.verb, outcome).inc()
-                metrics.HARNESS_CALL_SECONDS.labels(t.verb).observe(t.seconds)
-                metrics.HARNESS_BY_POSITION.labels(bucket, t.verb).inc()
+                child(metrics.HARNESS_CALLS, t.verb, outcome).inc()
+                child(metrics.HARNESS_CALL_SECONDS, t.verb).observe(t.seconds)
+                child(metrics.HARNESS_BY_POSITION, bucket, t.verb).inc()
         if turns:
             metrics.HARNESS_PER_STEP.observe(n_harness)
-        metrics.STEP_SECONDS.labels("model").observe(model_s)
-        metrics.STEP_SECONDS.labels("store").observe(store_s)
-        metrics.STEP_SECONDS.labels("total").observe(total_s)
+        child(metrics.STEP_SECONDS, "model").observe(model_s)
+        child(metrics.STEP_SECONDS, "store").observe(store_s)
+        child(metrics.STEP_SECONDS, "total").observe(total_s)
         metrics.STATE_BYTES.observe(state_bytes)
 
     # ---- end / delete --------------------------------------------------------------
