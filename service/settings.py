@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
 from typing import Literal
 
@@ -16,13 +18,23 @@ UNTRAINED_DIR = REPO_ROOT / "models" / "untrained-tiny"
 
 def model_context_len(model_dir: str, cap: int = 4096) -> int:
     """The model's own context length (config.json max_position_embeddings), capped; `cap` if unknown."""
-    import json
 
     try:
         cfg = json.loads((Path(model_dir) / "config.json").read_text())
         return min(int(cfg.get("max_position_embeddings") or cap), cap)
     except (OSError, ValueError):
         return cap
+
+
+def model_sampling_defaults(model_dir: str) -> dict:
+    """{temperature, top_p} from the model folder's generation_config.json; greedy if it says nothing."""
+    try:
+        gen = json.loads((Path(model_dir) / "generation_config.json").read_text())
+    except (OSError, ValueError):
+        gen = {}
+    sample = bool(gen.get("do_sample")) and float(gen.get("temperature") or 0.0) > 0.0
+    return {"temperature": float(gen["temperature"]) if sample else 0.0,
+            "top_p": float(gen.get("top_p") or 1.0) if sample else 1.0}
 
 
 def default_model_path() -> str:
@@ -59,8 +71,11 @@ class Settings(BaseSettings):
                                                      "must stay below the step lease")
 
     # policy
-    temperature: float = Field(0.0, ge=0.0, le=2.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    temperature: float = Field(None, ge=0.0, le=2.0, validate_default=False,
+                               description="unset = the model folder's generation_config.json (temperature when "
+                                           "do_sample is true), else 0 (greedy)")
+    top_p: float = Field(None, gt=0.0, le=1.0, validate_default=False,
+                         description="unset = the model folder's generation_config.json, else 1.0")
     seed: int | None = None
     harness_cap: int = Field(3, ge=0, description="default per-step harness-call cap of new sessions")
     recall_k: int = Field(3, ge=1, le=20, description="entries returned by recall / shown in always_on")
@@ -81,6 +96,17 @@ class Settings(BaseSettings):
     api_keys: str | None = Field(None, description="JSON list of key records (e.g. from a Kubernetes Secret)")
     rate_limit: int = Field(1200, ge=0, description="requests per key per rate window; 0 = no limit")
     rate_window_s: float = Field(60.0, gt=0, description="rate-limit window (fixed, per key, counted in Redis)")
+
+    @model_validator(mode="after")
+    def _sampling_from_model(self) -> "Settings":
+        """A policy folder says how it is meant to be sampled (generation_config.json), as HF checkpoints do."""
+        if self.temperature is None or self.top_p is None:
+            gen = model_sampling_defaults(self.model)
+            if self.temperature is None:
+                self.temperature = gen["temperature"]
+            if self.top_p is None:
+                self.top_p = gen["top_p"]
+        return self
 
     @model_validator(mode="after")
     def _lease_outlives_step(self) -> "Settings":
