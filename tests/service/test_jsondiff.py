@@ -114,8 +114,8 @@ def test_harness_state_steps():
     dom = get_domain("alfworld")
     task = "put a clean apple in fridge"
     s = new_state(task=task, domain="alfworld", mode="inline", bank="default", initial_belief=dom.initial_belief(task))
-    obs = ["You are in the middle of a room. Looking quickly around you, you see a countertop 1, a fridge 1, "
-           "and a sinkbasin 1.",
+    obs = [("You are in the middle of a room. Looking quickly around you, you see a countertop 1, a fridge 1, "
+            "and a sinkbasin 1."),
            "You arrive at countertop 1. On the countertop 1, you see a apple 1, a knife 2, and a mug 1.",
            "You pick up the apple 1 from the countertop 1.",
            "You arrive at fridge 1. The fridge 1 is closed.",

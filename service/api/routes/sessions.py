@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from service.api.deps import (CanAudit, CanControlSession, CanCreate, CanDelete, CanEnd, CanReadState, CanStep,
@@ -31,15 +31,27 @@ def _if_match(value: str | None) -> int | None:
     return int(v)
 
 
-@router.post("/{session_id}/step", response_model=StepOut, summary="Send an observation, get the next action")
+def _optional_header(name: str) -> dict:
+    return {"name": name, "in": "header", "required": False,
+            "schema": {"anyOf": [{"type": "string"}, {"type": "null"}], "title": name}}
+
+
+# The step route reads its two optional headers itself and documents them as FastAPI would for
+# `Annotated[str | None, Header(alias=...)]` parameters: FastAPI's header-parameter extraction (a pass over every
+# request header with type introspection per field) was a measurable part of the per-step overhead.
+_STEP_HEADERS = {"parameters": [_optional_header("Idempotency-Key"), _optional_header("If-Match")]}
+
+
+@router.post("/{session_id}/step", response_model=StepOut, summary="Send an observation, get the next action",
+             openapi_extra=_STEP_HEADERS)
 async def step(
     request: Request,
     session_id: SessionId,
     body: StepIn,
     who: CanStep,
-    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
-    if_match: Annotated[str | None, Header(alias="If-Match")] = None,
 ):
+    headers = request.headers
+    idempotency_key, if_match = headers.get("idempotency-key"), headers.get("if-match")
     if idempotency_key is not None and not (1 <= len(idempotency_key) <= 128):
         raise ApiError(400, "Bad Idempotency-Key", "Idempotency-Key must be 1-128 characters")
     sessions = request.app.state.sessions  # not a dependency: the hot path skips FastAPI's per-dependency cost
