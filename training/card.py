@@ -78,9 +78,14 @@ def main(argv: list[str] | None = None) -> int:
         ev = _read(work / f"eval-{label}" / "eval.json")
         if md.exists() and ev:
             secs = ", ".join(f"{k}: {v} s" for k, v in ev["seconds"].items())
-            sections[f"Evaluation ({label})"] = (f"{ev['n']} games per split (first N of the generated split), "
-                                                 f"max {ev['max_steps']} env steps, greedy under the grammar, vLLM "
-                                                 f"CPU engine. Wall: {secs}.\n\n" + md.read_text())
+            games = "all games of each generated split" if not ev["n"] else \
+                f"{ev['n']} games per split (first N of the generated split)"
+            samp = ev.get("sampling") or {"temperature": 0.0}
+            how = "greedy" if not samp["temperature"] else \
+                f"sampled at temperature {samp['temperature']}, top-p {samp.get('top_p', 1.0)}"
+            sections[f"Evaluation ({label})"] = (f"{games}, max {ev['max_steps']} env steps (harness calls spend "
+                                                 f"steps), {how} under the grammar, vLLM CPU engine. "
+                                                 f"Wall: {secs}.\n\n" + md.read_text())
     pipe = _read(work / "pipeline.json")
     if pipe:
         sections["Wall time"] = f"pipeline {pipe['seconds']} s"

@@ -18,7 +18,10 @@ import shutil
 from pathlib import Path
 
 
-def export(model_dir: str, out: str, adapter: str | None = None, dtype: str = "bfloat16") -> Path:
+def export(model_dir: str, out: str, adapter: str | None = None, dtype: str = "bfloat16",
+           temperature: float = 0.0, top_p: float = 1.0) -> Path:
+    """Merged safetensors folder; ``temperature > 0`` records sampling in generation_config.json, which the service
+    uses unless EVOHARNESS_TEMPERATURE / _TOP_P are set (``service.settings.model_sampling_defaults``)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -28,6 +31,9 @@ def export(model_dir: str, out: str, adapter: str | None = None, dtype: str = "b
         model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
     model = model.to(getattr(torch, dtype))
     model.config.dtype = dtype
+    gen = model.generation_config
+    gen.do_sample = temperature > 0
+    gen.temperature, gen.top_p = (temperature, top_p) if temperature > 0 else (None, None)
     dest = Path(out)
     dest.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(dest, safe_serialization=True)
@@ -53,11 +59,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--adapter", default=None)
     ap.add_argument("--out", required=True)
     ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--temperature", type=float, default=0.0, help="serving temperature to record (0 = greedy)")
+    ap.add_argument("--top-p", type=float, default=1.0)
     ap.add_argument("--bank", default=None, help="bank.json to ship next to the weights")
     ap.add_argument("--eval", default=None, help="markdown evaluation table for the card")
     ap.add_argument("--notes", default=None, help="markdown file with data/config/wall-time sections")
     args = ap.parse_args(argv)
-    dest = export(args.model, args.out, args.adapter, args.dtype)
+    dest = export(args.model, args.out, args.adapter, args.dtype, args.temperature, args.top_p)
     if args.bank:
         shutil.copy(args.bank, dest / "bank.json")
     from safetensors import safe_open

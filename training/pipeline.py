@@ -81,7 +81,8 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
            "--div-anneal-updates", str(cfg.grpo_div_anneal), "--threads", str(cfg.threads))
     final = work / "grpo" / "model" if (work / "grpo" / "model").exists() else work / "sft" / "model"
     if "export" in cfg.stages:
-        sh("training.export", "--model", str(final), "--out", cfg.out, "--bank", f"{cfg.teacher_out}/bank.json")
+        sh("training.export", "--model", str(final), "--out", cfg.out, "--bank", f"{cfg.teacher_out}/bank.json",
+           "--temperature", str(cfg.eval_temperature))  # the policy is served as it was evaluated
     if "eval" in cfg.stages:
         for label, model in (("sft", work / "sft" / "model"), ("policy", Path(cfg.out))):
             modes = ["inline"] if label == "sft" else ["inline", "always_on", "env_only"]
