@@ -9,6 +9,9 @@ character is one byte and the number of tokens is bounded by the number of chara
 
 from __future__ import annotations
 
+import functools
+import re
+
 from service.policy.wire import (
     ACTION_CLOSE, ACTION_OPEN, ARG_MAX_CHARS, FREE_ACTION_MAX_CHARS, THINK_CLOSE, THINK_MAX_CHARS, THINK_OPEN,
 )
@@ -27,9 +30,12 @@ def escape(text: str) -> str:
     return "".join("\\" + c if c in _SPECIAL else c for c in text)
 
 
+_SAFE_ACTION = re.compile(TEXT_CLASS + "+")
+
+
 def is_safe_action(text: str) -> bool:
     """Admissible actions must be printable ASCII without <, > and newlines."""
-    return bool(text) and all(" " <= c <= "~" and c not in "<>" for c in text)
+    return _SAFE_ACTION.fullmatch(text) is not None
 
 
 def action_pattern(admissible: list[str] | None, verbs: list[str]) -> str:
@@ -43,9 +49,15 @@ def action_pattern(admissible: list[str] | None, verbs: list[str]) -> str:
 
 
 def response_regex(admissible: list[str] | None, verbs: list[str]) -> str:
+    return _response_regex(None if admissible is None else tuple(admissible), tuple(verbs))
+
+
+@functools.lru_cache(maxsize=1024)  # a step asks for the same (admissible, verbs) once per turn, and rooms repeat
+def _response_regex(admissible: tuple[str, ...] | None, verbs: tuple[str, ...]) -> str:
     return (
         f"{escape(THINK_OPEN)}{TEXT_CLASS}{{0,{THINK_MAX_CHARS}}}{escape(THINK_CLOSE)}"
-        f"{escape(ACTION_OPEN)}{action_pattern(admissible, verbs)}{escape(ACTION_CLOSE)}"
+        f"{escape(ACTION_OPEN)}{action_pattern(None if admissible is None else list(admissible), list(verbs))}"
+        f"{escape(ACTION_CLOSE)}"
     )
 
 
