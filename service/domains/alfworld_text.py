@@ -43,17 +43,25 @@ TASK_TYPES = (
 
 _NAME = r"[a-z][a-z\-]*(?: [a-z][a-z\-]*)*(?: \d+)?"
 _ARTICLE = re.compile(r"^(?:a|an|the|some)\s+", re.I)
+# compiled once (re.sub/re.split with a pattern string look the pattern up in re's cache on every call)
+_WS = re.compile(r"\s+")
+_TRAILING_NUMBER = re.compile(r"\s*\d+$")
+_LIST_SEP = re.compile(r",\s*(?:and\s+)?|\s+and\s+(?=(?:a|an|the)\s)")
+_SENTENCE_SEP = re.compile(r"(?<=\.)\s+|\n+")
+_TASK_IN = re.compile(r"your task is to:\s*(.+)", re.I | re.S)
+_TASK_LINE = re.compile(r"your task is to:\s*(.+)$", re.I | re.S)
+_LOC = re.compile(r"loc \d+")
 
 
 def norm_name(text: str) -> str:
     """'an Apple 1.' -> 'apple 1' (lower case, no article, single spaces, no end punctuation)."""
-    text = re.sub(r"\s+", " ", text.strip().lower()).strip(" .,;:!?\"'[]()")
+    text = _WS.sub(" ", text.strip().lower()).strip(" .,;:!?\"'[]()")
     return _ARTICLE.sub("", text).strip()
 
 
 def entity_type(name: str) -> str:
     """'apple 1' -> 'apple'; 'sinkbasin 2' -> 'sinkbasin'."""
-    return re.sub(r"\s*\d+$", "", norm_name(name))
+    return _TRAILING_NUMBER.sub("", norm_name(name))
 
 
 def split_list(text: str) -> list[str]:
@@ -61,7 +69,7 @@ def split_list(text: str) -> list[str]:
     text = text.strip().rstrip(".").strip()
     if not text or text.lower() == "nothing":
         return []
-    parts = re.split(r",\s*(?:and\s+)?|\s+and\s+(?=(?:a|an|the)\s)", text)
+    parts = _LIST_SEP.split(text)
     out = []
     for part in parts:
         name = norm_name(part)
@@ -72,7 +80,7 @@ def split_list(text: str) -> list[str]:
 
 def _sentences(text: str) -> list[str]:
     # ALFWorld names never contain '.', so a period followed by space/newline/end ends a sentence.
-    return [s.strip() for s in re.split(r"(?<=\.)\s+|\n+", text) if s.strip()]
+    return [s.strip() for s in _SENTENCE_SEP.split(text) if s.strip()]
 
 
 # ---------------------------------------------------------------- actions
@@ -99,7 +107,7 @@ def parse_action(action: str | None) -> dict:
     """'take apple 1 from countertop 1' -> {'verb': 'take', 'obj': 'apple 1', 'recep': 'countertop 1'}."""
     if not action:
         return {"verb": None}
-    text = re.sub(r"\s+", " ", action.strip().lower())
+    text = _WS.sub(" ", action.strip().lower())
     for verb, pattern in _ACTION_PATTERNS:
         m = pattern.match(text)
         if m:
@@ -144,11 +152,11 @@ _TASK_KEYWORDS = (
 
 def task_sentence(text: str) -> str:
     """The goal sentence: text after 'Your task is to:' if present, normalised (lower case, no final period)."""
-    m = re.search(r"your task is to:\s*(.+)", text, re.I | re.S)
+    m = _TASK_IN.search(text)
     if m:
         text = m.group(1)
     text = text.strip().split("\n")[0]
-    return re.sub(r"\s+", " ", text).strip().rstrip(".").strip().lower()
+    return _WS.sub(" ", text).strip().rstrip(".").strip().lower()
 
 
 def parse_task(text: str | None) -> dict:
@@ -230,7 +238,7 @@ def parse_observation(observation: str, action: str | None = None) -> list[dict]
         return events
     text = observation.replace("\r", "")
     # the task line may span to the end of the text; pull it out first
-    m = re.search(r"your task is to:\s*(.+)$", text, re.I | re.S)
+    m = _TASK_LINE.search(text)
     if m:
         events.append({"kind": "task", "text": task_sentence(m.group(0))})
         text = text[: m.start()]
@@ -253,7 +261,7 @@ def _parse_sentence(low: str, act: dict) -> dict | None:
         return {"kind": "room", "receptacles": split_list(m["list"])}
     if m := r["arrive"].match(low):
         recep = m["recep"]
-        if re.fullmatch(r"loc \d+", recep) and act.get("recep"):
+        if _LOC.fullmatch(recep) and act.get("recep"):
             recep = act["recep"]  # older engines say "You arrive at loc 12."
         return {"kind": "arrive", "recep": recep}
     if m := r["open_in"].match(low):
