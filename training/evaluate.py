@@ -10,13 +10,14 @@ Each (split, mode) plays its games with ``training.agent.EnginePolicy`` over one
 ``service.bank.evolver.consolidate`` after every window of ``--window`` episodes, as the service does.
 
 Reports per (split, mode): success % per task type, mean steps, harness calls per episode by verb, harness tokens
-per episode, tokens per episode, bank size — ``<out>/eval.json``, ``<out>/eval.md`` (markdown table) and
+per episode (call turns + panels, see ``RecordingPolicy``), tokens per episode, bank size — ``<out>/eval.json``, ``<out>/eval.md`` (markdown table) and
 ``<out>/eval.png``.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import time
@@ -25,12 +26,27 @@ from pathlib import Path
 from training.agent import EnginePolicy
 
 
-class RecordingPolicy(EnginePolicy):
-    """EnginePolicy that also keeps per-episode harness calls by verb and harness tokens."""
+PANEL_PREFIXES = ("Plan: ", "Belief: ", "Experience: ", "Harness: ")
 
-    def __init__(self, *args, **kwargs):
+
+def panel_text(prompt: str) -> str:
+    """The harness panels of a rendered prompt (the renderer's Plan/Belief/Experience/Harness lines)."""
+    return "\n".join(line for line in prompt.splitlines() if line.startswith(PANEL_PREFIXES))
+
+
+class RecordingPolicy(EnginePolicy):
+    """EnginePolicy that also keeps per-episode harness calls by verb and harness tokens.
+
+    Harness tokens of an episode = every token of its harness-call turns (prompt + completion) + the tokens of the
+    harness panels (Plan / Belief / Experience / last Harness result lines) inside the prompts of its environment
+    turns. ``always_on`` pays the second part every turn, ``inline`` mostly the first, ``env_only`` neither; the
+    constant verb help in the system prompt is left out (a prefix cache serves it).
+    """
+
+    def __init__(self, *args, count_tokens=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.episodes: list[dict] = []
+        self.count_tokens = count_tokens or (lambda text: len(text.split()))
 
     def act(self, observation, admissible, won, done):
         if done and self.agent is not None:
@@ -39,8 +55,18 @@ class RecordingPolicy(EnginePolicy):
             by_verb: dict[str, int] = {}
             for t in harness:
                 by_verb[t.verb] = by_verb.get(t.verb, 0) + 1
+            panels = 0
+            for o in self.agent.outcomes:
+                by_hash = {hashlib.sha256(p.encode()).hexdigest()[:16]: p for p in o.prompts}
+                for t in o.turns:
+                    if t.kind == "env":
+                        text = panel_text(by_hash.get(t.prompt_hash, ""))
+                        panels += self.count_tokens(text) if text else 0
             self.episodes.append({"by_verb": by_verb,
-                                  "harness_tokens": sum(t.prompt_tokens + t.completion_tokens for t in harness),
+                                  "harness_call_tokens": sum(t.prompt_tokens + t.completion_tokens for t in harness),
+                                  "panel_tokens": panels,
+                                  "harness_tokens": sum(t.prompt_tokens + t.completion_tokens for t in harness)
+                                  + panels,
                                   "steps_used": self.agent.state["budget"]["used"]})
         return super().act(observation, admissible, won, done)
 
@@ -90,6 +116,8 @@ def summarize_mode(results: list[dict], bank: dict) -> dict:
             verbs[v] = verbs.get(v, 0) + c / n
     s["overall"]["harness_calls_by_verb"] = {v: round(c, 2) for v, c in sorted(verbs.items())}
     s["overall"]["mean_harness_tokens"] = round(sum(r.get("harness_tokens", 0) for r in results) / n, 1)
+    s["overall"]["mean_harness_call_tokens"] = round(sum(r.get("harness_call_tokens", 0) for r in results) / n, 1)
+    s["overall"]["mean_panel_tokens"] = round(sum(r.get("panel_tokens", 0) for r in results) / n, 1)
     s["overall"]["mean_tokens"] = round(sum(r["prompt_tokens"] + r["completion_tokens"] for r in results) / n, 1)
     s["bank_size"] = len(bank["entries"])
     return s
@@ -148,7 +176,10 @@ def main(argv: list[str] | None = None) -> int:
                         seed=args.seed)
     report = {"model": str(model), "max_steps": args.max_steps, "n": args.n, "results": {}, "seconds": {},
               "sampling": {"temperature": args.temperature, "top_p": args.top_p, "seed": sampling.seed}}
-    policy = RecordingPolicy(engine, sampling=sampling)  # one engine and event loop for every split and mode
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(str(model))
+    policy = RecordingPolicy(engine, sampling=sampling,
+                             count_tokens=lambda text: len(tok(text, add_special_tokens=False)["input_ids"]))  # one engine and event loop for every split and mode
     try:
         for split in args.split:
             games = games_for(split, args.n)
