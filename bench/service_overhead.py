@@ -1,12 +1,12 @@
 """Service overhead per step vs a bare FastAPI + Redis echo endpoint, in the same run.
 
-    PYTHONPATH=. .venv/bin/python bench/service_overhead.py [--concurrency 1 16 64] [--steps 8]
+    PYTHONPATH=. .venv/bin/python bench/service_overhead.py [--concurrency 1 16 64] [--min-requests 400] [--rounds 2]
 
 Starts a private redis-server and two single-worker uvicorn processes: the EvoHarness service with the zero-cost
 ScriptedEngine (bench/service_scripted_app.py: every step = perception, one policy turn, Lua commit, audit) and
 the echo app (parse the same JSON body, SET + GET it in Redis). N concurrent sessions each send `--steps` steps
-(the echo side: N concurrent clients, the same number of requests). Prints p50/p99 client-side latency of each
-and the ratio. The scripted engine costs nothing, so the service column is the service's own overhead.
+(the echo side: N concurrent clients, the same number of requests), at least --min-requests per side, echo and
+service alternating --rounds times. Prints p50/p99 client-side latency of each and the ratio. The scripted engine costs nothing, so the service column is the service's own overhead.
 """
 
 from __future__ import annotations
@@ -32,7 +32,9 @@ OBS = "You arrive at countertop 1. On the countertop 1, you see a apple 1, a kni
 
 def start(factory: str, redis_url: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    env = {**os.environ, "REDIS_URL": redis_url, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "EVOHARNESS_AUTH": "off"}
+    # the per-key rate limit stays on (its Redis round trip is part of every request) but far above the bench load
+    env = {**os.environ, "REDIS_URL": redis_url, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "EVOHARNESS_AUTH": "off",
+           "EVOHARNESS_RATE_LIMIT": "1000000000"}
     p = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", f"bench.service_scripted_app:{factory}",
                           "--port", str(port), "--log-level", "warning", "--no-access-log"], cwd=ROOT, env=env)
     url = f"http://127.0.0.1:{port}"
@@ -87,7 +89,13 @@ async def run_echo(url: str, n: int, steps: int) -> list[float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
-    ap.add_argument("--steps", type=int, default=8, help="steps per session at each concurrency")
+    ap.add_argument("--steps", type=int, default=8, help="at least this many steps per session at each concurrency")
+    ap.add_argument("--min-requests", type=int, default=400,
+                    help="per side and concurrency: more steps per session until this many requests (a p50 of 8 "
+                         "requests swung by +-0.4x between runs)")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="echo and service alternate this many times per concurrency, so background load drifts "
+                         "hit both sides alike")
     args = ap.parse_args()
     with EmbeddedRedis() as redis:
         svc, svc_url = start("service_app", redis.url)
@@ -98,8 +106,11 @@ def main() -> None:
             print(f"{'sessions':>8} {'requests':>8} | {'echo p50':>9} {'echo p99':>9} | {'svc p50':>9} "
                   f"{'svc p99':>9} | {'p50 ratio':>9} {'p99 ratio':>9}")
             for n in args.concurrency:
-                e = asyncio.run(run_echo(echo_url, n, args.steps))
-                s = asyncio.run(run_service(svc_url, n, args.steps))
+                steps = max(args.steps, -(-args.min_requests // (n * args.rounds)))
+                e, s = [], []
+                for _ in range(args.rounds):
+                    e += asyncio.run(run_echo(echo_url, n, steps))
+                    s += asyncio.run(run_service(svc_url, n, steps))
                 ms = lambda x: f"{1000 * x:8.1f}ms"  # noqa: E731
                 print(f"{n:>8} {len(s):>8} | {ms(pct(e, .5))} {ms(pct(e, .99))} | {ms(pct(s, .5))} "
                       f"{ms(pct(s, .99))} | {pct(s, .5) / pct(e, .5):>8.2f}x {pct(s, .99) / pct(e, .99):>8.2f}x",
