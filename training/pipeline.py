@@ -23,28 +23,31 @@ from pathlib import Path
 class PipelineConfig:
     """Defaults of the shipped CPU policy (see docs/training.md for why)."""
 
-    train_games: int = 80                 # generated train games (the split has 600; CPU budget)
+    train_games: int = 240                # generated train games (the split has 600; CPU budget)
     work: str = "runs/policy"             # intermediate outputs
     teacher_out: str = "data/teacher"
-    size: str = "nano"
+    size: str = "micro"                   # 2.6 M parameters, 6 layers
     base: str | None = None               # pretrained HF folder -> LoRA instead of from-scratch
-    sft_steps: int = 150
-    lm_steps: int = 150                   # LM pretraining on transcripts first: 5x the constrained accuracy (docs)
+    sft_steps: int = 800
+    lm_steps: int = 300                   # LM pretraining on transcripts first: 5x the constrained accuracy (docs)
+    focus_steps: int = 400                # then decision turns upsampled (training.sft.FOCUS_UPSAMPLE)
+    focus_lr: float = 1e-3
     sft_lr: float = 2e-3
     sft_batch: int = 8
     sft_max_length: int = 768             # prompt + completion tokens (teacher rows: p99 ~590, max ~670)
     threads: int = 2                      # torch threads for SFT and GRPO
-    grpo_updates: int = 5
+    grpo_updates: int = 10
     grpo_group: int = 4
-    grpo_games_per_update: int = 1
-    grpo_max_env_steps: int = 15
+    grpo_games_per_update: int = 2
+    grpo_max_env_steps: int = 30
     grpo_lr: float = 1e-4
-    grpo_cost_per_call: float = 0.05
-    grpo_div_anneal: int = 150            # U of the diversity bonus (the study: 150 updates)
-    eval_n: int = 6
-    eval_max_steps: int = 25
+    grpo_cost_per_call: float = 0.3
+    grpo_div_anneal: int = 4              # U of the diversity bonus (the study: 150 updates; a 10-update CPU run
+                                          # needs it inside its horizon or the bonus outweighs the cost term)
+    eval_n: int | None = None             # games per split (None: all generated games)
+    eval_max_steps: int = 50
     eval_temperature: float = 0.0         # 0 = greedy; the serving default must match (EVOHARNESS_TEMPERATURE)
-    valid_seen_games: int = 24
+    valid_seen_games: int = 40
     out: str = "models/default-policy"
     stages: list[str] = field(default_factory=lambda: ["games", "teacher", "base", "sft", "grpo", "export", "eval"])
 
@@ -72,6 +75,7 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
         sh("training.sft", "--base", base, "--data", cfg.teacher_out, "--out", str(work / "sft"),
            "--max-steps", str(cfg.sft_steps), "--lm-steps", str(cfg.lm_steps), "--lr", str(cfg.sft_lr), "--batch", str(cfg.sft_batch),
            "--max-length", str(cfg.sft_max_length), "--threads", str(cfg.threads),
+           "--focus-steps", str(cfg.focus_steps), "--focus-lr", str(cfg.focus_lr),
            *(["--lora"] if cfg.base else []))
     if "grpo" in cfg.stages and not done(work / "grpo" / "model"):
         sh("training.grpo", "--model", str(work / "sft" / "model"), "--out", str(work / "grpo"),
@@ -87,7 +91,7 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
         for label, model in (("sft", work / "sft" / "model"), ("policy", Path(cfg.out))):
             modes = ["inline"] if label == "sft" else ["inline", "always_on", "env_only"]
             sh("training.evaluate", "--model", str(model), "--split", "valid_seen", "valid_unseen",
-               "--mode", *modes, "--n", str(cfg.eval_n),
+               "--mode", *modes, *(["--n", str(cfg.eval_n)] if cfg.eval_n else []),
                "--max-steps", str(cfg.eval_max_steps), "--bank", f"{cfg.teacher_out}/bank.json",
                "--temperature", str(cfg.eval_temperature),
                "--out", str(work / f"eval-{label}"))
@@ -102,16 +106,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="models/default-policy")
     ap.add_argument("--work", default="runs/policy")
     ap.add_argument("--base", default=None, help="pretrained HF folder (LoRA) instead of a from-scratch model")
-    ap.add_argument("--size", default="nano")
-    ap.add_argument("--sft-steps", type=int, default=150)
-    ap.add_argument("--lm-steps", type=int, default=150)
-    ap.add_argument("--grpo-updates", type=int, default=5)
-    ap.add_argument("--eval-n", type=int, default=6)
+    ap.add_argument("--size", default=PipelineConfig.size)
+    ap.add_argument("--sft-steps", type=int, default=PipelineConfig.sft_steps)
+    ap.add_argument("--lm-steps", type=int, default=PipelineConfig.lm_steps)
+    ap.add_argument("--focus-steps", type=int, default=PipelineConfig.focus_steps)
+    ap.add_argument("--grpo-updates", type=int, default=PipelineConfig.grpo_updates)
+    ap.add_argument("--eval-n", type=int, default=None, help="games per split (default: all generated)")
     ap.add_argument("--stages", nargs="+", default=None)
     ap.add_argument("--force", action="store_true")
     args = ap.parse_args(argv)
     cfg = PipelineConfig(out=args.out, work=args.work, base=args.base, size=args.size, sft_steps=args.sft_steps, lm_steps=args.lm_steps,
-                         grpo_updates=args.grpo_updates, eval_n=args.eval_n)
+                         focus_steps=args.focus_steps, grpo_updates=args.grpo_updates, eval_n=args.eval_n)
     if args.stages:
         cfg.stages = args.stages
     run(cfg, args.force)
