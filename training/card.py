@@ -38,10 +38,15 @@ def sft_section(work: Path) -> str:
     cfg = rep["config"]
     losses = [h for h in rep["log"] if "loss" in h]
     first, last = (f"{losses[0]['loss']:.3f}", f"{losses[-1]['loss']:.3f}") if losses else (None, None)
-    return (f"TRL SFTTrainer, completion-only loss, full fine-tune; steps {cfg['max_steps']}, lr {cfg['lr']}, batch "
-            f"{cfg['batch']}, LM steps before SFT {cfg.get('lm_steps', 0)}, modes {cfg['modes']}; {rep['train_rows']} train rows; wall {rep['seconds']} s. "
+    focus = (f", then {cfg['focus_steps']} focus steps (decision turns upsampled, lr {cfg.get('focus_lr')})"
+             if cfg.get("focus_steps") else "")
+    before = (f"; before the focus stage: `{json.dumps(rep['constrained_eval_before_focus'])}`"
+              if rep.get("constrained_eval_before_focus") else "")
+    return (f"TRL SFTTrainer, completion-only loss, full fine-tune; LM steps {cfg.get('lm_steps', 0)} (loss on whole "
+            f"transcripts), then SFT steps {cfg['max_steps']}, lr {cfg['lr']}{focus}; batch {cfg['batch']}, max length "
+            f"{cfg.get('max_length')}, modes {cfg['modes']}; {rep['train_rows']} train rows; wall {rep['seconds']} s. "
             f"Loss {first} → {last}.\n\nConstrained accuracy on held-out games (greedy, service grammar): "
-            f"`{json.dumps(rep['constrained_eval'])}`")
+            f"`{json.dumps(rep['constrained_eval'])}`{before}" + (f"\n\n{rep['note']}" if rep.get("note") else ""))
 
 
 def grpo_section(work: Path) -> str:
