@@ -66,6 +66,20 @@ def grpo_section(work: Path) -> str:
             f"`{json.dumps(cfg.get('reward'))}`.\n\n" + "\n".join(table))
 
 
+def copy_plots(work: Path, policy: Path) -> None:
+    """The run's curves next to the card: SFT loss (redrawn from the report's whole log), GRPO curves, evaluation."""
+    import shutil
+
+    rep = _read(work / "sft" / "sft_report.json")
+    if rep:
+        from training.plots import plot_sft
+        plot_sft(rep["log"], policy / "sft_loss.png")
+    for src, name in ((work / "grpo" / "grpo_curves.png", "grpo_curves.png"),
+                      (work / "eval-policy" / "eval.png", "eval.png")):
+        if src.exists():
+            shutil.copy(src, policy / name)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Write MODEL_CARD.md from the run's reports.")
     ap.add_argument("--policy", default="models/default-policy")
@@ -98,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         sections["Remarks"] = Path(args.remarks).read_text()
     params = (base or {}).get("params", 0)
     model_card(policy, params, sections)
+    copy_plots(work, policy)
     print((policy / "MODEL_CARD.md").read_text())
     return 0
 
