@@ -1,0 +1,45 @@
+"""The pipeline's stage commands: every flag it passes must be one its stage module accepts."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+import pytest
+
+from training import pipeline
+
+
+class _Parsed(Exception):
+    def __init__(self, namespace):
+        self.namespace = namespace
+
+
+def test_every_stage_command_parses_in_its_module(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(pipeline, "sh", lambda *args: calls.append(args))
+    cfg = pipeline.PipelineConfig(work=str(tmp_path / "work"), teacher_out=str(tmp_path / "teacher"),
+                                  out=str(tmp_path / "policy"))
+    pipeline.run(cfg, force=True)
+    modules = [c[0] for c in calls]
+    assert modules[:3] == ["training.envs.alfworld.generate"] * 3
+    for stage in ("training.teacher", "training.model_init", "training.sft", "training.grpo", "training.export",
+                  "training.evaluate", "training.card"):
+        assert stage in modules, stage
+
+    original = argparse.ArgumentParser.parse_args
+
+    def parse_then_stop(self, args=None, namespace=None):
+        raise _Parsed(original(self, args, namespace))
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
+    seen = {}
+    for module, *args in calls:
+        with pytest.raises(_Parsed) as parsed:
+            importlib.import_module(module).main(list(args))
+        seen.setdefault(module, []).append(vars(parsed.value.namespace))
+    sft = seen["training.sft"][0]
+    assert (sft["lm_steps"], sft["max_steps"], sft["focus_steps"]) == (cfg.lm_steps, cfg.sft_steps, cfg.focus_steps)
+    assert seen["training.grpo"][0]["div_anneal_updates"] == cfg.grpo_div_anneal
+    assert seen["training.export"][0]["temperature"] == cfg.eval_temperature
+    assert all(e["n"] is None and e["max_steps"] == cfg.eval_max_steps for e in seen["training.evaluate"])
