@@ -13,6 +13,7 @@ Training rollouts and evaluation drive exactly what the service drives: `service
 from __future__ import annotations
 
 import asyncio
+import copy
 import threading
 
 from service.domains import get_domain
@@ -76,6 +77,13 @@ class EnginePolicy:
         return action, {"harness_calls": out.harness_calls,
                         "prompt_tokens": sum(t.prompt_tokens for t in out.turns),
                         "completion_tokens": sum(t.completion_tokens for t in out.turns)}
+
+    def fork(self) -> "EnginePolicy":
+        """A twin for another episode played at the same time: same engine, event loop, mode, bank and sampling;
+        its own episode state. The engine batches the twins' requests (see training.evaluate --concurrency)."""
+        twin = copy.copy(self)
+        twin.agent, twin.evidence = None, []
+        return twin
 
     def close(self) -> None:
         self.run(self.engine.close())

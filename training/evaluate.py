@@ -20,6 +20,7 @@ import argparse
 import hashlib
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -83,24 +84,91 @@ def games_for(split: str, n: int | None) -> list[Path]:
     return split_games(split, n)
 
 
-def evaluate_one(policy: RecordingPolicy, games, mode: str, bank: dict, max_steps: int,
-                 window: int) -> tuple[list[dict], dict]:
+class LockedEnv:
+    """An ``AlfWorldEnv`` whose engine calls hold one process-wide lock: TextWorld parses PDDL with module-level
+    tatsu parsers that are not thread-safe (concurrent resets corrupt their parse stacks). Engine calls are pure
+    Python, so the lock costs no parallelism the GIL would allow; the policy's engine requests still overlap."""
+
+    _lock = threading.Lock()
+
+    def __init__(self, env):
+        self.env = env
+
+    def reset(self, game):
+        with self._lock:
+            return self.env.reset(game)
+
+    def step(self, action: str):
+        with self._lock:
+            return self.env.step(action)
+
+    def close(self) -> None:
+        with self._lock:
+            self.env.close()
+
+    def __getattr__(self, name):
+        return getattr(self.env, name)
+
+
+class EpisodeSlots:
+    """``concurrency`` (environment, policy twin) pairs, reused across windows; one episode per slot at a time.
+
+    Each slot has its own ``AlfWorldEnv`` (TextWorld state is per instance) and its own ``RecordingPolicy.fork()``
+    (per-episode harness state); all twins share one engine, which batches their requests.
+    """
+
+    def __init__(self, policy: "RecordingPolicy", concurrency: int, max_steps: int):
+        import queue
+
+        from training.envs.alfworld.env import AlfWorldEnv
+
+        self.free: "queue.Queue" = queue.Queue()
+        self.all = [(policy.fork(), LockedEnv(AlfWorldEnv(max_steps=max_steps))) for _ in range(max(1, concurrency))]
+        for slot in self.all:
+            self.free.put(slot)
+
+    def play(self, game) -> tuple[dict, dict]:
+        """One episode on a free slot: (driver record + harness extras, the episode's bank evidence)."""
+        from training.envs.alfworld.driver import play_episode
+
+        twin, env = self.free.get()
+        try:
+            twin.episodes, twin.evidence = [], []
+            row = play_episode(env, twin, game)
+            row.update(twin.episodes[-1])
+            return row, twin.evidence[-1]
+        finally:
+            self.free.put((twin, env))
+
+    def set(self, mode: str, bank: dict) -> None:
+        for twin, _ in self.all:
+            twin.mode, twin.bank = mode, bank
+
+    def close(self) -> None:
+        for _, env in self.all:
+            env.close()
+
+
+def evaluate_one(slots: EpisodeSlots, games, mode: str, bank: dict, window: int) -> tuple[list[dict], dict]:
+    """Play ``games`` in windows of ``window`` episodes (up to the slots' concurrency at once), consolidating the
+    bank after each window from that window's evidence in game order, as the service's evolver would."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tqdm import tqdm
+
     from service.bank.evolver import consolidate
-    from training.envs.alfworld.driver import play_games
 
     results = []
-    from tqdm import tqdm
     bar = tqdm(total=len(games), desc=f"{mode}", unit="game")
-    for start in range(0, len(games), window):
-        chunk = games[start:start + window]
-        policy.mode, policy.bank, policy.episodes, policy.evidence = mode, bank, [], []
-        rows = play_games(chunk, policy, max_steps=max_steps)
-        for r, extra in zip(rows, policy.episodes):
-            r.update(extra)
-        evidence = [dict(ev, session_id=f"{start + i:05d}") for i, ev in enumerate(policy.evidence)]
-        bank, _ = consolidate(bank, evidence, start // window + 1)
-        results += rows
-        bar.update(len(chunk))
+    with ThreadPoolExecutor(len(slots.all)) as pool:
+        for start in range(0, len(games), window):
+            chunk = games[start:start + window]
+            slots.set(mode, bank)
+            played = list(pool.map(slots.play, chunk))   # map keeps game order whatever finishes first
+            evidence = [dict(ev, session_id=f"{start + i:05d}") for i, (_, ev) in enumerate(played)]
+            bank, _ = consolidate(bank, evidence, start // window + 1)
+            results += [row for row, _ in played]
+            bar.update(len(chunk))
     bar.close()
     return results, bank
 
@@ -149,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=None, help="games per split (default: all)")
     ap.add_argument("--max-steps", type=int, default=50)
     ap.add_argument("--window", type=int, default=8, help="episodes per bank consolidation")
+    ap.add_argument("--concurrency", type=int, default=8,
+                    help="episodes in flight at once (threads, one env each; the engine batches their requests); "
+                         "at most --window. 1 = one episode after another")
     ap.add_argument("--bank", default=None, help="bank JSON to start from (default: <model>/bank.json if present)")
     ap.add_argument("--out", default=None, help="report folder (default: runs/eval/<model name>)")
     ap.add_argument("--kv-cache-gib", type=float, default=0.25)
@@ -175,24 +246,26 @@ def main(argv: list[str] | None = None) -> int:
     sampling = Sampling(temperature=args.temperature, top_p=args.top_p,
                         seed=args.seed)
     report = {"model": str(model), "max_steps": args.max_steps, "n": args.n, "results": {}, "seconds": {},
+              "concurrency": min(args.concurrency, args.window), "window": args.window,
               "sampling": {"temperature": args.temperature, "top_p": args.top_p, "seed": sampling.seed}}
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(str(model))
     policy = RecordingPolicy(engine, sampling=sampling,
                              count_tokens=lambda text: len(tok(text, add_special_tokens=False)["input_ids"]))  # one engine and event loop for every split and mode
+    slots = EpisodeSlots(policy, min(args.concurrency, args.window), args.max_steps)
     try:
         for split in args.split:
             games = games_for(split, args.n)
             for mode in args.mode:
                 started = time.perf_counter()
-                results, bank = evaluate_one(policy, games, mode, json.loads(json.dumps(start_bank)),
-                                             args.max_steps, args.window)
+                results, bank = evaluate_one(slots, games, mode, json.loads(json.dumps(start_bank)), args.window)
                 key = f"{split}/{mode}"
                 report["results"][key] = summarize_mode(results, bank)
                 report["seconds"][key] = round(time.perf_counter() - started, 1)
                 report.setdefault("episodes", {})[key] = results
                 (out / "eval.json").write_text(json.dumps(report, indent=1))
     finally:
+        slots.close()
         policy.close()
     table = markdown(report)
     (out / "eval.md").write_text(table + "\n")

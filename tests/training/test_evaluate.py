@@ -28,3 +28,28 @@ def test_always_on_prompts_carry_panels_that_count_as_harness_tokens():
 def test_inline_and_env_only_prompts_carry_no_panel_before_any_harness_call():
     assert panel_text(_prompt("inline")) == ""
     assert panel_text(_prompt("env_only")) == ""
+
+
+def test_concurrent_episodes_report_every_game_in_order_with_its_own_harness_record(tmp_path):
+    """Three fixture games in flight at once through one real vLLM engine: every game is reported once, in the
+    input order, with its own step count, harness extras and bank evidence (no state shared between twins)."""
+    import json
+    import os
+    from pathlib import Path
+
+    os.environ.setdefault("ALFWORLD_DATA", str(Path(__file__).resolve().parents[2] / "data" / "alfworld-home"))
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from training.evaluate import games_for, main
+
+    model = Path(__file__).resolve().parents[2] / "models" / "default-policy"
+    assert main(["--model", str(model), "--split", "fixtures", "--n", "3", "--mode", "inline", "--max-steps", "4",
+                 "--window", "3", "--concurrency", "3", "--kv-cache-gib", "0.1", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "eval.json").read_text())
+    episodes = report["episodes"]["fixtures/inline"]
+    assert report["concurrency"] == 3
+    assert [e["game"] for e in episodes] == [g.name for g in games_for("fixtures", 3)]
+    for e in episodes:
+        assert 1 <= e["steps"] <= 4 and e["prompt_tokens"] > 0
+        assert e["steps_used"] == e["steps"] + e["harness_calls"]   # the twin's state saw exactly this game
+        assert sum(e["by_verb"].values()) == e["harness_calls"]
+    assert report["results"]["fixtures/inline"]["overall"]["games"] == 3
