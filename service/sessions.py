@@ -14,7 +14,7 @@ import jsonpatch
 from service import audit as audit_log
 from service.audit import make_event, patch
 from service import metrics
-from service.api.errors import ApiError
+from service.api.errors import ApiError, rate_limited
 from service.banks import BankService
 from service.bank.evolver import entity_type
 from service.domains import get_domain
@@ -23,6 +23,7 @@ from service.harness.ops import HarnessError
 from service.policy.engines.base import Engine, EngineTimeout
 from service.policy.grammar import is_safe_action
 from service.policy.turns import PolicyOutputError, Sampling, run_step
+from service.rate_limit import RateLimiter
 from service.settings import Settings
 from service.store.docs import DocGone, DocStore, VersionConflict
 
@@ -39,8 +40,11 @@ _BANK_OF_MAX = 50_000  # sessions whose bank (fixed at creation) this process re
 
 
 class SessionService:
-    def __init__(self, settings: Settings, docs: DocStore, banks: BankService, engine: Engine):
+    def __init__(self, settings: Settings, docs: DocStore, banks: BankService, engine: Engine,
+                 limiter: RateLimiter | None = None):
         self.settings, self.docs, self.banks, self.engine = settings, docs, banks, engine
+        # counts each step that reaches Redis against its key's rate limit (step(key_id=...)); None: no limit
+        self.limiter = limiter
         self.active_key = f"{settings.namespace}:active"
         # session id -> (tenant, bank name): a step reads its bank's version in the same Redis call that takes
         # the lease (DocStore.begin peek), and BankService reuses the parsed bank while that version holds
@@ -112,7 +116,10 @@ class SessionService:
         req_hash = hashlib.sha256(body.model_dump_json().encode()).hexdigest()
         bank_of = self._bank_of.get(sid)
         peek = self.banks.meta_key(bank_of[1], bank_of[0]) if bank_of is not None and not body.done else None
-        status, meta, got = await self.docs.begin(sid, self.settings.step_lease_ms, idem_key, peek=peek)
+        status, meta, got = await self.docs.begin(sid, self.settings.step_lease_ms, idem_key, peek=peek,
+                                                  count=await self._count(key_id))
+        if status == "limited":
+            raise rate_limited(key_id, self.limiter.verdict(*got), self.limiter.window_s)
         if status == "gone" or meta.get("tenant", "default") != tenant:
             if status == "ok":
                 await self.docs.release(sid, got[1])
@@ -133,6 +140,18 @@ class SessionService:
         finally:
             if not committed:
                 await asyncio.shield(self.docs.release(sid, token))
+
+    async def _count(self, key_id: str | None) -> tuple[str, int, int] | None:
+        """The rate-limit counter for `begin` to count this step in its own Lua call (no extra round trip);
+        on Redis Cluster (counter and session in different slots) the step is counted here first (429)."""
+        if self.limiter is None or key_id is None:
+            return None
+        if self.docs.can_peek:
+            return self.limiter.key(key_id), self.limiter.limit, self.limiter.window_ms
+        verdict = await self.limiter.hit(key_id)
+        if not verdict.allowed:
+            raise rate_limited(key_id, verdict, self.limiter.window_s)
+        return None
 
     def _check_replay(self, stored: dict, req_hash: str) -> dict:
         if stored["request_hash"] != req_hash:

@@ -13,6 +13,7 @@ from service.api.routes import banks, health, sessions, ui
 from service.auth import load_keyring
 from service.banks import BankService
 from service.policy.engines.base import Engine
+from service.rate_limit import RateLimiter
 from service.sessions import SessionService
 from service.settings import Settings, model_context_len
 from service.store.docs import DocStore
@@ -109,7 +110,10 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         await eng.start()
         bank_docs = DocStore(r, settings.namespace, "b")
         app.state.banks = BankService(bank_docs, cap=settings.bank_cap, lease_ms=settings.step_lease_ms, engine=eng)
-        app.state.sessions = SessionService(settings, DocStore(r, settings.namespace, "s"), app.state.banks, eng)
+        app.state.rate_limiter = (RateLimiter(r, settings.namespace, settings.rate_limit, settings.rate_window_s)
+                                  if settings.rate_limit > 0 else None)
+        app.state.sessions = SessionService(settings, DocStore(r, settings.namespace, "s"), app.state.banks, eng,
+                                            limiter=app.state.rate_limiter)
         log.info("evoharness ready: engine=%s model=%s", settings.engine, eng.model_id)
         try:
             yield

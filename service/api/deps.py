@@ -11,7 +11,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
-from service.api.errors import ApiError
+from service.api.errors import ApiError, rate_limited
 from service.auth import DEV_KEY, PERMISSIONS, ROLES, ApiKey
 from service.rate_limit import RateLimiter
 
@@ -49,50 +49,85 @@ def _unauthorized(detail: str) -> ApiError:
     return ApiError(401, "Unauthorized", detail, headers={"WWW-Authenticate": "Bearer"})
 
 
+def _authenticate(request: Request, bearer: HTTPAuthorizationCredentials | None, header_key: str | None) -> ApiKey:
+    """The caller's key (401 without one or with an unknown one); dev mode: DEV_KEY."""
+    ring = request.app.state.keyring
+    if ring is None:
+        return DEV_KEY
+    secret = bearer.credentials if bearer is not None else header_key
+    if not secret:
+        raise _unauthorized("an API key is required: Authorization: Bearer <key> (or X-API-Key)")
+    key = ring.lookup(secret)
+    if key is None:
+        raise _unauthorized("unknown API key")
+    return key
+
+
+def _authorize(key: ApiKey, permission: str) -> Principal:
+    if not key_may(key.role, permission):
+        raise ApiError(403, "Forbidden", f"role {key.role!r} may not {PERMISSIONS[permission]}")
+    return Principal(tenant=key.tenant, key_id=key.id, role=key.role)
+
+
+async def _counted(request: Request, key: ApiKey) -> ApiKey:
+    """Count the request against the key's rate limit in Redis (429 over it)."""
+    limiter: RateLimiter | None = request.app.state.rate_limiter
+    if limiter is not None:
+        verdict = await limiter.hit(key.id)
+        if not verdict.allowed:
+            raise rate_limited(key.id, verdict, limiter.window_s)
+    return key
+
+
 async def _principal(request: Request,
                      bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
                      header_key: Annotated[str | None, Depends(_api_key_header)]) -> Principal:
     """Authenticate (401), then count the request against the key's rate limit in Redis (429)."""
-    ring = request.app.state.keyring
-    if ring is None:
-        key: ApiKey = DEV_KEY
-    else:
-        secret = bearer.credentials if bearer is not None else header_key
-        if not secret:
-            raise _unauthorized("an API key is required: Authorization: Bearer <key> (or X-API-Key)")
-        key = ring.lookup(secret)
-        if key is None:
-            raise _unauthorized("unknown API key")
-    settings: Settings = request.app.state.settings
-    if settings.rate_limit > 0:
-        limiter = getattr(request.app.state, "rate_limiter", None)
-        if limiter is None:
-            limiter = request.app.state.rate_limiter = RateLimiter(
-                request.app.state.sessions.docs.r, settings.namespace, settings.rate_limit, settings.rate_window_s)
-        verdict = await limiter.hit(key.id)
-        if not verdict.allowed:
-            raise ApiError(429, "Too many requests",
-                           f"key {key.id!r} made over {verdict.limit} requests in {settings.rate_window_s:g} s; "
-                           f"retry in {verdict.retry_after_s} s",
-                           headers={"Retry-After": str(verdict.retry_after_s)}, retry_after=verdict.retry_after_s)
+    key = await _counted(request, _authenticate(request, bearer, header_key))
     return Principal(tenant=key.tenant, key_id=key.id, role=key.role)
 
 
 def needs(permission: str):
-    """A dependency type: the caller, who must hold `permission` (service.auth.ROLES), else 403."""
+    """A dependency type: the caller, who must hold `permission` (service.auth.ROLES), else 403.
+    Order: 401, 429 (the request counted), 403, then the body's 422."""
 
     # one dependency (authenticate, rate limit, then the role check) rather than a check depending on
     # _principal: FastAPI's per-dependency overhead is paid on every request
     async def check(request: Request,
                     bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
                     header_key: Annotated[str | None, Depends(_api_key_header)]) -> Principal:
-        who = await _principal(request, bearer, header_key)
-        if not key_may(who.role, permission):
-            raise ApiError(403, "Forbidden", f"role {who.role!r} may not {PERMISSIONS[permission]}")
-        return who
+        return _authorize(await _counted(request, _authenticate(request, bearer, header_key)), permission)
 
     check.__name__ = f"needs_{permission.replace('.', '_')}"
     return Annotated[Principal, Depends(check)]
+
+
+class _Uncounted(HTTPBearer):
+    """The caller, authenticated (401) and authorized (403), NOT counted against the rate limit: for the step
+    route, which counts the request in the Redis call that takes the session's lease (SessionService.step).
+
+    One dependency without sub-dependencies (it reads both key headers itself, through the same scheme objects),
+    so FastAPI runs two dependency-solving passes per request instead of four. It is an HTTPBearer so that
+    OpenAPI documents the route's security as before; the route adds the APIKeyHeader alternative
+    (UNCOUNTED_OPENAPI)."""
+
+    def __init__(self, permission: str):
+        super().__init__(auto_error=False, scheme_name=_bearer.scheme_name, description=_bearer.model.description)
+        self.permission = permission
+
+    async def __call__(self, request: Request) -> Principal:  # type: ignore[override]
+        key = _authenticate(request, await _bearer(request), await _api_key_header(request))
+        return _authorize(key, self.permission)
+
+
+def needs_uncounted(permission: str):
+    """Like `needs`, without the rate-limit count (the route must count the request itself). Order: 401, 403,
+    then the body's 422; the route's own 429 comes after. Add UNCOUNTED_OPENAPI to the route's openapi_extra."""
+    return Annotated[Principal, Depends(_Uncounted(permission))]
+
+
+# the second security alternative of a needs_uncounted route, as FastAPI writes it for `needs` routes
+UNCOUNTED_OPENAPI = {"security": [{_api_key_header.scheme_name: []}]}
 
 
 def key_may(role: str, permission: str) -> bool:
@@ -104,7 +139,7 @@ SessionsDep = Annotated[SessionService, Depends(_sessions)]
 BanksDep = Annotated[BankService, Depends(_banks)]
 PrincipalDep = Annotated[Principal, Depends(_principal)]
 CanCreate = needs("session.create")
-CanStep = needs("session.step")
+CanStepUncounted = needs_uncounted("session.step")
 CanEnd = needs("session.end")
 CanDelete = needs("session.delete")
 CanReadState = needs("session.state")

@@ -45,6 +45,14 @@ def problem(status: int, title: str, detail: str, headers: dict[str, str] | None
     return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
 
 
+def rate_limited(key_id: str, verdict, window_s: float) -> ApiError:
+    """The 429 for a request over its key's rate limit (verdict: service.rate_limit.Verdict)."""
+    return ApiError(429, "Too many requests",
+                    f"key {key_id!r} made over {verdict.limit} requests in {window_s:g} s; "
+                    f"retry in {verdict.retry_after_s} s",
+                    headers={"Retry-After": str(verdict.retry_after_s)}, retry_after=verdict.retry_after_s)
+
+
 def _field(loc) -> str:
     return ".".join(str(p) for p in loc if p != "body") or "body"
 

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
+from service.rate_limit import COUNT_LUA
+
 _COMMIT = r"""
 local state_k, meta_k, events_k, lock_k, idem_k, evid_k, init_k = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local expected = tonumber(ARGV[1])
@@ -93,7 +95,13 @@ return {st, redis.call('HGETALL', KEYS[2])}
 """
 
 _BEGIN = r"""
--- KEYS: state, meta, lock, idem[, peek] ; ARGV: token, lease_ms, check_idem (0/1)
+-- KEYS: state, meta, lock, idem[, peek][, counter]
+-- ARGV: token, lease_ms, check_idem (0/1), peek (0/1), counter limit, counter window ms ('' = no counter)
+if ARGV[6] ~= '' then
+  local rk, window = KEYS[#KEYS], tonumber(ARGV[6])
+""" + COUNT_LUA + r"""
+  if rn > tonumber(ARGV[5]) then return {'limited', rn, rttl} end
+end
 local meta = redis.call('HGETALL', KEYS[2])
 if #meta == 0 then return {'gone'} end
 if ARGV[3] == '1' then
@@ -101,7 +109,7 @@ if ARGV[3] == '1' then
   if stored then return {'replay', stored, meta} end
 end
 if not redis.call('SET', KEYS[3], ARGV[1], 'NX', 'PX', tonumber(ARGV[2])) then return {'busy', meta} end
-if KEYS[5] then return {'ok', redis.call('GET', KEYS[1]), meta, redis.call('HMGET', KEYS[5], 'version', 'created_at')} end
+if ARGV[4] == '1' then return {'ok', redis.call('GET', KEYS[1]), meta, redis.call('HMGET', KEYS[5], 'version', 'created_at')} end
 return {'ok', redis.call('GET', KEYS[1]), meta}
 """
 
@@ -223,20 +231,33 @@ class DocStore:
         raise BadPayload(status)
 
     async def begin(self, doc_id: str, lease_ms: int, idem_key: str | None = None,
-                    peek: str | None = None) -> tuple[str, dict, object]:
+                    peek: str | None = None, count: tuple[str, int, int] | None = None) -> tuple[str, dict, object]:
         """One round trip to start a write: ("gone", {}, None) | ("replay", meta, stored idempotent record)
-        | ("busy", meta, None) | ("ok", meta, (Loaded, lease token)).
+        | ("busy", meta, None) | ("ok", meta, (Loaded, lease token)) | ("limited", {}, (count, ms left)).
 
         `peek`: the meta key of another document (see `meta_key`, e.g. the session's bank) whose version and
         created_at come back in `Loaded.peek` from the same call. Only where `can_peek` (one Redis server: a
-        Redis Cluster refuses keys of two slots in one script); elsewhere it is ignored and `Loaded.peek` is None."""
+        Redis Cluster refuses keys of two slots in one script); elsewhere it is ignored and `Loaded.peek` is None.
+
+        `count`: (counter key, limit, window ms) of a rate limit (service/rate_limit.py), counted first in the same
+        script; over the limit the answer is "limited" and nothing else is read or written (no lease). Only where
+        `can_peek`, for the same reason; elsewhere it is an error (count with RateLimiter.hit first)."""
         token = uuid.uuid4().hex
         keys = [self.key(doc_id, "state"), self.key(doc_id, "meta"), self.key(doc_id, "lock"),
                 self.key(doc_id, f"idem:{idem_key or '_'}")]
-        if peek is not None and self.can_peek:
+        peeking = peek is not None and self.can_peek
+        if peeking:
             keys.append(peek)
-        res = await self._begin(keys=keys, args=[token, lease_ms, "1" if idem_key else "0"])
+        args = [token, lease_ms, "1" if idem_key else "0", "1" if peeking else "0", "", ""]
+        if count is not None:
+            if not self.can_peek:
+                raise ValueError("a rate-limit counter is in another slot: count it separately on Redis Cluster")
+            keys.append(count[0])
+            args[4:] = count[1], count[2]
+        res = await self._begin(keys=keys, args=args)
         status = _s(res[0])
+        if status == "limited":
+            return "limited", {}, (int(res[1]), int(res[2]))
         if status == "gone":
             return "gone", {}, None
         if status == "ok" and (len(res) < 3 or res[1] is None):

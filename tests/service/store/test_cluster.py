@@ -121,3 +121,28 @@ async def test_session_on_redis_cluster(cluster, vllm_engine):
     assert len(slots_of) == 10 and all(len(v) == 1 for v in slots_of.values())
     assert not any(sid in k or sids[2] in k for k in slots_of)
     assert len({p for v in slots_of.values() for p in v}) >= 2      # P(all on one master) = 3^-11
+
+
+async def test_step_rate_limit_on_redis_cluster(cluster):
+    """On a cluster the counter and the session are in different slots: the step is counted in its own call
+    before the lease; a refused step still takes no lease and writes nothing."""
+    from service.api.app import create_app
+    from service.policy.engines.scripted import ScriptedEngine
+    from tests.support import Client, make_settings
+
+    url, _ = cluster
+    app = create_app(make_settings(url, redis_cluster=True, engine="scripted", rate_limit=3, rate_window_s=30),
+                     engine=ScriptedEngine(["<think>t</think><action>look</action>"]))
+    async with Client(app) as c:
+        docs = app.state.sessions.docs
+        assert not docs.can_peek
+        sid = (await c.post("/v1/sessions", json={"task": "t"})).json()["session_id"]                  # 1
+        step = {"observation": "o", "admissible_actions": ROOM}
+        assert (await c.post(f"/v1/sessions/{sid}/step", json=step)).status_code == 200                # 2
+        assert (await c.post(f"/v1/sessions/{sid}/step", json=step)).status_code == 200                # 3
+        version = (await docs.load(sid)).version
+        r = await c.post(f"/v1/sessions/{sid}/step", json=step, headers={"Idempotency-Key": "k"})
+        assert r.status_code == 429 and r.json()["retry_after"] == int(r.headers["retry-after"])
+        assert (await docs.load(sid)).version == version
+        assert await docs.r.get(docs.key(sid, "lock")) is None
+        assert await docs.r.get(docs.key(sid, "idem:k")) is None

@@ -132,3 +132,24 @@ async def test_begin_on_a_half_deleted_document_is_gone(store):
     await store.r.delete(store.key("d", "state"))
     assert (await store.begin("d", 10_000))[0] == "gone"
     assert await store.r.get(store.key("d", "lock")) is None
+
+
+async def test_begin_counts_a_rate_limit_first_in_the_same_call(store):
+    counter = f"{store.ns}:ratelimit:key"
+    await store.create("d", {"n": 0}, {})
+    status, _, (loaded, token) = await store.begin("d", 10_000, count=(counter, 2, 30_000))
+    assert status == "ok" and await store.r.get(counter) == b"1" and 0 < await store.r.pttl(counter) <= 30_000
+    await store.release("d", token)
+    assert (await store.begin("nope", 10_000, count=(counter, 2, 30_000)))[0] == "gone"     # counted too
+    # over the limit: (count, ms left), checked before anything else; no lease, no read, no write
+    other = DocStore(store.r, store.ns, "b")
+    for n in (3, 4):
+        status, meta, (count, ms_left) = await store.begin("d", 10_000, idem_key="k", peek=other.meta_key("x"),
+                                                           count=(counter, 2, 30_000))
+        assert (status, meta, count) == ("limited", {}, n) and 0 < ms_left <= 30_000
+    assert (await store.begin("nope", 10_000, count=(counter, 2, 30_000)))[0] == "limited"
+    assert await store.r.get(store.key("d", "lock")) is None and (await store.load("d")).version == 0
+    # with a counter and a peek in one call
+    status, _, (loaded, token) = await store.begin("d", 10_000, peek=other.meta_key("x"),
+                                                   count=(f"{store.ns}:ratelimit:fresh", 2, 30_000))
+    assert status == "ok" and loaded.peek == [None, None] and loaded.state == {"n": 0}
