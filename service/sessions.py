@@ -113,7 +113,8 @@ class SessionService:
                    tenant: str = "default", key_id: str | None = None) -> dict:
         t0 = time.perf_counter()
         self._check_step(body)
-        req_hash = hashlib.sha256(body.model_dump_json().encode()).hexdigest()
+        # only an idempotent step stores or compares the request's hash
+        req_hash = hashlib.sha256(body.model_dump_json().encode()).hexdigest() if idem_key else None
         bank_of = self._bank_of.get(sid)
         peek = self.banks.meta_key(bank_of[1], bank_of[0]) if bank_of is not None and not body.done else None
         status, meta, got = await self.docs.begin(sid, self.settings.step_lease_ms, idem_key, peek=peek,
@@ -153,7 +154,7 @@ class SessionService:
             raise rate_limited(key_id, verdict, self.limiter.window_s)
         return None
 
-    def _check_replay(self, stored: dict, req_hash: str) -> dict:
+    def _check_replay(self, stored: dict, req_hash: str | None) -> dict:
         if stored["request_hash"] != req_hash:
             raise ApiError(422, "Idempotency-Key reused",
                            "this Idempotency-Key was used with a different request body")
@@ -186,12 +187,11 @@ class SessionService:
             sampling = Sampling(self.settings.temperature, self.settings.top_p, self.settings.seed,
                                 experience_k=self.settings.recall_k)
             try:
-                outcome = await asyncio.wait_for(
-                    run_step(observed, domain, self.engine, bank_entries=bank["entries"],
-                             bank_controls=bank["controls"], sampling=sampling),
-                    timeout=self.settings.step_timeout_s,
-                )
-            except asyncio.TimeoutError:
+                # a deadline on this task, not asyncio.wait_for: on Python 3.11 that runs the step in a new task
+                async with asyncio.timeout(self.settings.step_timeout_s):
+                    outcome = await run_step(observed, domain, self.engine, bank_entries=bank["entries"],
+                                             bank_controls=bank["controls"], sampling=sampling)
+            except TimeoutError:
                 raise EngineTimeout(f"step took over {self.settings.step_timeout_s:.0f} s") from None
             except HarnessError as e:
                 raise ApiError(409, "Step not allowed", str(e), version=v0) from None

@@ -1,0 +1,40 @@
+"""The whole-step deadline (`step_timeout_s`): a step whose turns take longer answers 504, writes nothing and gives
+the lease back, so the retry with the same Idempotency-Key runs. Only the timing matters here, so a ScriptedEngine
+made slow on demand stands in for the model."""
+
+from __future__ import annotations
+
+import asyncio
+
+from service.api.app import create_app
+from service.policy.engines.scripted import ScriptedEngine
+from tests.support import Client, make_settings
+
+STEP = {"observation": "You see a desk 1.", "admissible_actions": ["go to desk 1", "look"]}
+
+
+class Slow(ScriptedEngine):
+    def __init__(self):
+        super().__init__(["<think>t</think><action>look</action>"])
+        self.delay_s = 0.0
+
+    async def generate(self, req):
+        await asyncio.sleep(self.delay_s)
+        return await super().generate(req)
+
+
+async def test_a_step_over_its_deadline_is_504_and_writes_nothing(redis_url):
+    eng = Slow()
+    app = create_app(make_settings(redis_url, engine="scripted", step_timeout_s=0.3), engine=eng)
+    async with Client(app) as c:
+        docs = app.state.sessions.docs
+        sid = (await c.post("/v1/sessions", json={"task": "t", "harness_cap": 0})).json()["session_id"]
+        eng.delay_s = 5.0
+        r = await c.post(f"/v1/sessions/{sid}/step", json=STEP, headers={"Idempotency-Key": "k"})
+        assert r.status_code == 504 and "step took over" in r.json()["detail"], r.text
+        loaded = await docs.load(sid)
+        assert loaded.version == 0 and await docs.r.xlen(docs.key(sid, "events")) == 0
+        assert await docs.r.get(docs.key(sid, "lock")) is None and await docs.r.get(docs.key(sid, "idem:k")) is None
+        eng.delay_s = 0.0
+        r = await c.post(f"/v1/sessions/{sid}/step", json=STEP, headers={"Idempotency-Key": "k"})
+        assert r.status_code == 200 and r.json()["action"] == "look", r.text
