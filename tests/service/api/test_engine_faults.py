@@ -73,7 +73,8 @@ async def test_engine_failure_is_503_and_writes_nothing(app_factory, vllm_engine
 
 async def test_engine_timeout_is_504_and_writes_nothing(app_factory, vllm_engine):
     eng = Faulty(vllm_engine)
-    async with app_factory(engine=eng, engine_timeout_s=0.2) as c:
+    # the stub hangs without a deadline of its own, so the whole-step deadline is what answers: short here
+    async with app_factory(engine=eng, engine_timeout_s=0.2, step_timeout_s=0.5) as c:
         sid = (await c.post("/v1/sessions", json={"task": "t", "harness_cap": 0})).json()["session_id"]
         before = await _snapshot(c, sid)
         eng.mode = "hang"
