@@ -20,6 +20,11 @@ from service.store.docs import DocStore
 
 log = logging.getLogger("evoharness")
 
+# A Redis command's write and its read each time out after REDIS_SOCKET_TIMEOUT_S, a new connection after
+# REDIS_CONNECT_TIMEOUT_S (redis TimeoutError): a Redis that stops answering gives 503 after the retries below.
+REDIS_SOCKET_TIMEOUT_S = 5.0
+REDIS_CONNECT_TIMEOUT_S = 2.0
+
 
 def connect_redis(settings: Settings):
     if settings.redis_url is None:
@@ -31,7 +36,8 @@ def connect_redis(settings: Settings):
 
     # After a Redis restart every pooled connection is stale: retry a command on a fresh connection instead of
     # answering 503. Safe for writes: a commit is version-checked, so a replayed commit is refused, never doubled.
-    kw = dict(socket_timeout=5, socket_connect_timeout=2, health_check_interval=10,
+    kw = dict(socket_timeout=REDIS_SOCKET_TIMEOUT_S, socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
+              health_check_interval=10,
               retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 3),
               retry_on_error=[RedisConnectionError, RedisTimeoutError])
     if settings.redis_cluster:
@@ -40,7 +46,10 @@ def connect_redis(settings: Settings):
         return RedisCluster.from_url(settings.redis_url, **kw)
     from redis.asyncio import Redis
 
-    return Redis.from_url(settings.redis_url, **kw)
+    from service.store.redis_client import timeout_writes_in_task
+
+    # same timeouts, the write's without a task per command on Python 3.11 (service/store/redis_client.py)
+    return timeout_writes_in_task(Redis.from_url(settings.redis_url, **kw))
 
 
 def build_engine(settings: Settings) -> Engine:

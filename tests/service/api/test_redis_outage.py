@@ -1,7 +1,15 @@
-"""Redis goes away mid-run: 503 while down, nothing half-written, sessions intact after (AOF on)."""
+"""Redis goes away mid-run: 503 while down, nothing half-written, sessions intact after (AOF on). Redis hangs
+(stops answering, connections open): 503 once the command timeouts and retries are spent, nothing written."""
 
+import asyncio
+import os
+import signal
+import time
+
+from service.api import app as app_module
 from service.api.app import create_app
 from service.embedded_redis import EmbeddedRedis
+from service.policy.engines.scripted import ScriptedEngine
 from tests.support import Client, make_settings
 
 ADM = ["go to desk 1", "look"]
@@ -31,4 +39,39 @@ async def test_redis_restart_gives_503_then_recovers(vllm_engine, tmp_path):
             r = await c.post(f"/v1/sessions/{sid}/step", json={"observation": "o2", "admissible_actions": ADM})
             assert r.status_code == 200 and r.json()["version"] > before["version"]
     finally:
+        redis.stop()
+
+
+async def test_redis_that_stops_answering_gives_503_in_time(monkeypatch):
+    """SIGSTOP: Redis keeps its connections (and accepts new ones) but reads and answers nothing. Each command
+    attempt times out after REDIS_SOCKET_TIMEOUT_S (short here), and after the retries the step answers 503. Only
+    the storage path matters here, so a ScriptedEngine stands in for the model."""
+    monkeypatch.setattr(app_module, "REDIS_SOCKET_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(app_module, "REDIS_CONNECT_TIMEOUT_S", 0.3)
+    redis = EmbeddedRedis().start()
+    step = {"observation": "o1", "admissible_actions": ADM}
+    try:
+        # a short lease: the hung step's begin (and its retries) reach Redis once it runs again, and take the lease
+        settings = make_settings(redis.url, engine="scripted", step_timeout_s=0.5, step_lease_ms=1000)
+        app = create_app(settings, engine=ScriptedEngine(["<think>t</think><action>look</action>"]))
+        async with Client(app) as c:
+            sid = (await c.post("/v1/sessions", json={"task": "t"})).json()["session_id"]
+            assert (await c.post(f"/v1/sessions/{sid}/step", json=step)).status_code == 200
+            before = (await c.get(f"/v1/sessions/{sid}/state")).json()
+
+            os.kill(redis.proc.pid, signal.SIGSTOP)
+            t = time.monotonic()
+            r = await c.post(f"/v1/sessions/{sid}/step", json=step)
+            took = time.monotonic() - t
+            assert r.status_code == 503 and r.headers["content-type"] == "application/problem+json", r.text
+            assert "TimeoutError" in r.json()["detail"] and "nothing was written" in r.json()["detail"]
+            assert took < 10, took              # 4 attempts of (0.3 s command + 0.3 s reconnect) and backoff
+
+            os.kill(redis.proc.pid, signal.SIGCONT)
+            assert (await c.get(f"/v1/sessions/{sid}/state")).json() == before
+            await asyncio.sleep(1.1)                              # the orphaned lease expires
+            r = await c.post(f"/v1/sessions/{sid}/step", json=step)
+            assert r.status_code == 200 and r.json()["version"] == before["version"] + 2, r.text
+    finally:
+        os.kill(redis.proc.pid, signal.SIGCONT)
         redis.stop()

@@ -1,0 +1,73 @@
+"""The service's Redis client (service/store/redis_client.py): on Python 3.11 its connections bound a write with
+`asyncio.timeout` instead of redis-py's `asyncio.wait_for`, with the same outcome. Against a redis-server that
+stops answering (SIGSTOP: its connections stay open, nothing is read or answered): a write that cannot finish and a
+read that gets no answer each fail with redis TimeoutError after socket_timeout and drop the connection."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+from redis.asyncio import Redis
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from service.embedded_redis import EmbeddedRedis
+from service.store.redis_client import NEEDS_TASKLESS_WRITES, _WriteTimeoutInTask, timeout_writes_in_task
+
+TIMEOUT_S = 0.5
+
+
+@pytest.fixture
+def redis():
+    server = EmbeddedRedis().start()
+    try:
+        yield server
+    finally:
+        os.kill(server.proc.pid, signal.SIGCONT)
+        server.stop()
+
+
+@pytest.fixture
+async def conn(redis):
+    """A connected connection of the service's client kind (no retries: one command, one outcome)."""
+    client = timeout_writes_in_task(Redis.from_url(redis.url, socket_timeout=TIMEOUT_S,
+                                                   socket_connect_timeout=TIMEOUT_S))
+    c = await client.connection_pool.get_connection()
+    assert isinstance(c, _WriteTimeoutInTask) == NEEDS_TASKLESS_WRITES
+    yield c
+    await client.connection_pool.release(c)
+    await client.aclose()
+
+
+async def test_commands_work_as_before(redis):
+    r = timeout_writes_in_task(Redis.from_url(redis.url, socket_timeout=TIMEOUT_S))
+    try:
+        big = os.urandom(3 << 20)                       # several socket writes' worth
+        assert await r.set("k", big) and await r.get("k") == big
+        script = r.register_script("return redis.call('INCRBY', KEYS[1], ARGV[1])")
+        assert await script(keys=["n"], args=[5]) == 5
+        assert await r.echo("x") == b"x"
+    finally:
+        await r.aclose()
+
+
+async def test_a_write_that_cannot_finish_times_out(redis, conn):
+    os.kill(redis.proc.pid, signal.SIGSTOP)
+    t = time.monotonic()
+    with pytest.raises(RedisTimeoutError, match="Timeout writing to socket"):
+        # more than the socket buffers hold: the write has to wait for a reader that never comes
+        await conn.send_command("SET", "k", b"x" * (16 << 20))
+    assert TIMEOUT_S * 0.9 <= time.monotonic() - t < TIMEOUT_S + 3
+    assert not conn.is_connected                        # a half-written command leaves no connection behind
+
+
+async def test_a_read_without_an_answer_times_out(redis, conn):
+    os.kill(redis.proc.pid, signal.SIGSTOP)
+    t = time.monotonic()
+    await conn.send_command("PING")                     # fits the socket buffer: the write itself finishes
+    with pytest.raises(RedisTimeoutError, match="Timeout reading"):
+        await conn.read_response()
+    assert TIMEOUT_S * 0.9 <= time.monotonic() - t < TIMEOUT_S + 3
+    assert not conn.is_connected
