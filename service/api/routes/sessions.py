@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
+from pydantic_core import to_json
 
 from service.api.deps import (UNCOUNTED_OPENAPI, CanAudit, CanControlSession, CanCreate, CanDelete, CanEnd,
                               CanReadState, CanStepUncounted, SessionsDep)
@@ -58,8 +59,11 @@ async def step(
     if idempotency_key is not None and not (1 <= len(idempotency_key) <= 128):
         raise ApiError(400, "Bad Idempotency-Key", "Idempotency-Key must be 1-128 characters")
     sessions = request.app.state.sessions  # not a dependency: the hot path skips FastAPI's per-dependency cost
-    return await sessions.step(session_id, body, idem_key=idempotency_key, if_match=_if_match(if_match),
-                               tenant=who.tenant, key_id=who.key_id)
+    out = await sessions.step(session_id, body, idem_key=idempotency_key, if_match=_if_match(if_match),
+                              tenant=who.tenant, key_id=who.key_id)
+    # The body SessionService.step built (fields in StepOut's order and types), written by pydantic's serializer
+    # as FastAPI would write it after validating against StepOut (the same bytes), without that validation.
+    return Response(to_json(out), media_type="application/json")
 
 
 @router.get("/{session_id}/state", summary="Current state, or the state at `version` (time travel)")

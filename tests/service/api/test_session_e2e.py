@@ -4,6 +4,8 @@ import json
 
 import jsonpatch
 
+from service.api.schemas import StepOut
+
 ROOM = ["go to desk 1", "go to drawer 1", "open drawer 1", "take pen 1 from desk 1", "inventory", "look"]
 TASK = "Your task is to: put a pen in drawer."
 
@@ -23,6 +25,9 @@ async def test_twenty_steps_end_to_end(app_factory):
             r = await c.post(f"/v1/sessions/{sid}/step", json={"observation": observation(i), "admissible_actions": ROOM})
             assert r.status_code == 200, r.text
             body = r.json()
+            # the step writes its body itself: the same bytes as FastAPI's StepOut serialization of it
+            assert r.headers["content-type"] == "application/json"
+            assert r.content == StepOut.model_validate(body).model_dump_json().encode()
             assert body["action"] in ROOM
             assert body["turns"][-1]["kind"] == "env" and body["turns"][-1]["arg"] == body["action"]
             assert all(t["kind"] == "harness" for t in body["turns"][:-1]) and len(body["turns"]) <= 3
