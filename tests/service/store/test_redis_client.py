@@ -14,7 +14,11 @@ from redis.asyncio import Redis
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from service.embedded_redis import EmbeddedRedis
-from service.store.redis_client import NEEDS_TASKLESS_WRITES, _WriteTimeoutInTask, timeout_writes_in_task
+from service.store.redis_client import (
+    NEEDS_TASKLESS_WRITES,
+    _WriteTimeoutInTask,
+    timeout_writes_in_task,
+)
 
 TIMEOUT_S = 0.5
 
