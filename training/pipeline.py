@@ -49,6 +49,7 @@ class PipelineConfig:
     eval_temperature: float = 0.0         # 0 = greedy; the serving default must match (EVOHARNESS_TEMPERATURE)
     valid_seen_games: int = 40
     out: str = "models/default-policy"
+    remarks: str | None = "docs/policy_remarks.md"  # hand-written part of the card (limits, what was tried)
     stages: list[str] = field(default_factory=lambda: ["games", "teacher", "base", "sft", "grpo", "export", "eval"])
 
 
@@ -98,7 +99,8 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
     (work / "pipeline.json").write_text(json.dumps({"config": asdict(cfg),
                                                     "seconds": round(time.perf_counter() - t0, 1)}, indent=1))
     if "export" in cfg.stages:
-        sh("training.card", "--policy", cfg.out, "--work", str(work), "--teacher", cfg.teacher_out)
+        sh("training.card", "--policy", cfg.out, "--work", str(work), "--teacher", cfg.teacher_out,
+           *(["--remarks", cfg.remarks] if cfg.remarks and Path(cfg.remarks).exists() else []))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,3 +43,4 @@ def test_every_stage_command_parses_in_its_module(tmp_path, monkeypatch):
     assert seen["training.grpo"][0]["div_anneal_updates"] == cfg.grpo_div_anneal
     assert seen["training.export"][0]["temperature"] == cfg.eval_temperature
     assert all(e["n"] is None and e["max_steps"] == cfg.eval_max_steps for e in seen["training.evaluate"])
+    assert seen["training.card"][0]["remarks"] == cfg.remarks     # the committed remarks file exists
