@@ -18,6 +18,28 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 NEEDS_TASKLESS_WRITES = sys.version_info < (3, 12)
 
+try:
+    from hiredis import pack_command as _c_pack
+except ImportError:  # hiredis is a dependency (redis[hiredis]); without it redis-py's packer is used
+    _c_pack = None
+
+_C_PACKABLE = (str, bytes, int)  # exact types: bool (an int) and str/int subclasses take redis-py's path
+
+
+class _PackInC:
+    """Mixin over a redis.asyncio connection class: `pack_command` by hiredis when it gives the same bytes."""
+
+    def pack_command(self, *args):
+        if _c_pack is None or self.encoder.encoding.lower() not in ("utf-8", "utf8") or \
+                self.encoder.encoding_errors != "strict" or any(type(a) not in _C_PACKABLE for a in args):
+            return super().pack_command(*args)
+        first = args[0]  # redis-py sends a multi-word command name ("CONFIG GET") as separate arguments
+        if isinstance(first, str):
+            args = tuple(first.encode().split()) + args[1:]
+        elif b" " in first:
+            args = tuple(first.split()) + args[1:]
+        return [_c_pack(args)]
+
 
 class _WriteTimeoutInTask:
     """Mixin over a redis.asyncio connection class: `send_packed_command` as redis-py's (8.1), with the
@@ -55,12 +77,12 @@ class _WriteTimeoutInTask:
 
 def timeout_writes_in_task(client):
     """`client` (a redis.asyncio.Redis built from a URL, not yet connected) with the pool's connection class
-    (plain, TLS or unix socket, as the URL chose) writing under `asyncio.timeout`; unchanged on Python >= 3.12,
-    where `wait_for` already works that way."""
-    if not NEEDS_TASKLESS_WRITES:
-        return client
+    (plain, TLS or unix socket, as the URL chose) packing commands in C and writing under `asyncio.timeout`
+    (the latter only on Python < 3.12, where `wait_for` does not already work that way)."""
     pool = client.connection_pool
     base = pool.connection_class
-    if not issubclass(base, _WriteTimeoutInTask):
-        pool.connection_class = type(base.__name__, (_WriteTimeoutInTask, base), {"__module__": __name__})
+    mixins = tuple(m for m in ((_PackInC,) + ((_WriteTimeoutInTask,) if NEEDS_TASKLESS_WRITES else ()))
+                   if not issubclass(base, m))
+    if mixins:
+        pool.connection_class = type(base.__name__, (*mixins, base), {"__module__": __name__})
     return client

@@ -75,3 +75,27 @@ async def test_a_read_without_an_answer_times_out(redis, conn):
         await conn.read_response()
     assert TIMEOUT_S * 0.9 <= time.monotonic() - t < TIMEOUT_S + 3
     assert not conn.is_connected
+
+
+def test_commands_are_packed_in_c_to_the_same_bytes_as_redis_py():
+    """hiredis's packer is used only where its bytes equal redis-py's own packer's; floats, bools, memoryviews and
+    multi-word command names keep redis-py's encoding."""
+    from redis.asyncio.connection import Connection
+
+    from service.store.redis_client import _c_pack
+
+    client = timeout_writes_in_task(Redis.from_url("redis://127.0.0.1:1/0"))
+    fast, plain = client.connection_pool.make_connection(), Connection()
+    state = '{"belief":{"apple 1":"countertop 1"},"note":"é ü 中"}'
+    for args in [("EVALSHA", "a" * 40, 3, "k:{s:1}:state", "k:{s:1}:meta", state, 0, -7, b"\x00\xff" * 5000),
+                 ("CONFIG GET", "maxmemory"), (b"CONFIG GET", b"maxmemory"), ("SET", "f", 1.5), ("SET", "b", True),
+                 ("SET", "m", memoryview(b"xyz"))]:
+        try:
+            expected = b"".join(plain.pack_command(*args))
+        except Exception as e:                      # redis-py refuses bools: so must the service's client
+            with pytest.raises(type(e)):
+                fast.pack_command(*args)
+            continue
+        assert b"".join(bytes(p) for p in fast.pack_command(*args)) == expected, args
+    assert _c_pack is not None                       # redis[hiredis] is a dependency: the fast path is the one tested
+    assert fast.pack_command("GET", "k") == [_c_pack((b"GET", "k"))]
