@@ -16,7 +16,9 @@ can write them all atomically::
 events 1..k applied. A commit names the version it was computed from; the script
 refuses it if the version moved or the writer lost its lease, and it validates every
 payload before the first write (Redis does not roll back a script that fails midway),
-so a commit lands whole or not at all.
+so a commit lands whole or not at all. "Every payload" means every one that could be invalid: the script parses
+the payloads a caller passed as raw text, and skips those the store serialized itself (a dict, or a `JSONText`
+that the caller made with `json.dumps`) — parsing a step's state again cost ≈ 1/3 of the commit script's time.
 """
 
 from __future__ import annotations
@@ -47,14 +49,16 @@ if not cur then return {'gone', 0} end
 cur = tonumber(cur)
 if cur ~= expected then return {'conflict', cur} end
 if token ~= '' and redis.call('GET', lock_k) ~= token then return {'lease', cur} end
+-- which payloads to parse: '1' = raw text from the caller, '0' = serialized by the store (state, then events)
+local check = ARGV[12 + n_events + n_consume + n_meta * 2]
 local i = 11
 local events = {}
 for j = 1, n_events do
   local e = ARGV[i]; i = i + 1
-  if not pcall(cjson.decode, e) then return {'bad_event', cur} end
+  if string.byte(check, j + 1) == 49 and not pcall(cjson.decode, e) then return {'bad_event', cur} end
   events[j] = e
 end
-if not pcall(cjson.decode, new_state) then return {'bad_state', cur} end
+if string.byte(check, 1) == 49 and not pcall(cjson.decode, new_state) then return {'bad_state', cur} end
 local consume = {}
 for j = 1, n_consume do consume[j] = ARGV[i]; i = i + 1 end
 local meta = {'version', tostring(cur + n_events), 'updated_at', now}
@@ -218,7 +222,7 @@ class DocStore:
             expected_version, lease_token or "", _json_or_raw(new_state), ttl,
             idem_value or "", idem_ttl, len(events), len(consume_evidence), len(meta), _now(),
             *[_json_or_raw(e) for e in events], *consume_evidence, *[x for kv in meta.items() for x in kv],
-            "1" if release else "0",
+            "1" if release else "0", "".join("1" if _raw(x) else "0" for x in (new_state, *events)),
         ]
         status, version = await self._commit(keys=self._keys(doc_id, idem_key), args=args)
         status = _s(status)
@@ -329,6 +333,15 @@ def _is_cluster(redis) -> bool:
 
 def _s(x) -> str:
     return x.decode() if isinstance(x, bytes) else x
+
+
+class JSONText(str):
+    """Text the caller made with `json.dumps`: valid JSON by construction, so the commit script does not parse it
+    again (a plain `str` is raw text and is parsed before anything is written)."""
+
+
+def _raw(x) -> bool:
+    return isinstance(x, str) and not isinstance(x, JSONText)
 
 
 def _json_or_raw(x) -> str:

@@ -153,3 +153,19 @@ async def test_begin_counts_a_rate_limit_first_in_the_same_call(store):
     status, _, (loaded, token) = await store.begin("d", 10_000, peek=other.meta_key("x"),
                                                    count=(f"{store.ns}:ratelimit:fresh", 2, 30_000))
     assert status == "ok" and loaded.peek == [None, None] and loaded.state == {"n": 0}
+
+
+async def test_the_script_parses_raw_text_but_not_what_the_store_serialized(store):
+    """Raw text is parsed (and refused when broken) before any write; dicts and JSONText are valid by construction
+    and are stored as given, unparsed."""
+    from service.store.docs import JSONText
+
+    await store.create("d", {"n": 0}, {})
+    with pytest.raises(BadPayload):
+        await store.commit("d", 0, '{"n": ', [ev(1)])
+    # a JSONText is the caller's promise that json.dumps made it: the store keeps it as is
+    assert await store.commit("d", 0, JSONText('{"n":1}'), [ev(1)]) == 1
+    assert (await store.load("d")).state == {"n": 1}
+    with pytest.raises(BadPayload):              # a raw event after a trusted state is still checked
+        await store.commit("d", 1, JSONText('{"n":2}'), [ev(2), '{"broken'])
+    assert (await store.load("d")).version == 1
