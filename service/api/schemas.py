@@ -4,15 +4,42 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Mode = Literal["inline", "always_on", "env_only"]
 Verb = Literal["track", "commit", "recall", "note"]
 NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
 
 
+def _check_text(value, where: str) -> None:
+    """ValueError for a string holding a lone UTF-16 surrogate (JSON's "\\ud800" escape without its pair): not
+    text, and it cannot be written out as UTF-8 (prompt, audit, responses)."""
+    if type(value) is str:
+        if not value.isascii():
+            try:
+                value.encode()
+            except UnicodeEncodeError as e:
+                raise ValueError(f"{where}: a lone surrogate {value[e.start]!r} at character {e.start} "
+                                 "is not text (escape pairs like \\ud83d\\ude00 are fine)") from None
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_text(k, where)
+            _check_text(v, f"{where}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _check_text(v, f"{where}[{i}]")
+
+
 class _Strict(BaseModel):
+    """Request bodies: unknown fields refused; every string, at any depth, must be valid Unicode (422)."""
+
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="after")
+    def _valid_unicode(self):
+        for name in type(self).model_fields:
+            _check_text(getattr(self, name), name)
+        return self
 
 
 class SessionCreate(_Strict):

@@ -12,6 +12,7 @@ from pydantic_core import to_json
 from service.api.deps import (UNCOUNTED_OPENAPI, CanAudit, CanControlSession, CanCreate, CanDelete, CanEnd,
                               CanReadState, CanStepUncounted, SessionsDep)
 from service.api.errors import ApiError
+from service.api.fast_route import StepRoute
 from service.api.schemas import AuditPage, EndIn, SessionControls, SessionCreate, SessionCreated, StepIn, StepOut
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
@@ -46,8 +47,6 @@ _STEP_HEADERS = {"parameters": [_optional_header("Idempotency-Key"), _optional_h
 # The step is counted against the key's rate limit in the Redis call that takes the session's lease
 # (SessionService.step), not in the auth dependency: one round trip fewer per step. So its errors come in this
 # order: 401, 403, 422 (body), 400 (headers), 413/422 (observation, actions), then 429 (counted), then 404/409.
-@router.post("/{session_id}/step", response_model=StepOut, summary="Send an observation, get the next action",
-             openapi_extra={**_STEP_HEADERS, **UNCOUNTED_OPENAPI})
 async def step(
     request: Request,
     session_id: SessionId,
@@ -64,6 +63,11 @@ async def step(
     # The body SessionService.step built (fields in StepOut's order and types), written by pydantic's serializer
     # as FastAPI would write it after validating against StepOut (the same bytes), without that validation.
     return Response(to_json(out), media_type="application/json")
+
+
+router.add_api_route("/{session_id}/step", step, methods=["POST"], response_model=StepOut,
+                     summary="Send an observation, get the next action",
+                     openapi_extra={**_STEP_HEADERS, **UNCOUNTED_OPENAPI}, route_class_override=StepRoute)
 
 
 @router.get("/{session_id}/state", summary="Current state, or the state at `version` (time travel)")
