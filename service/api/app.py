@@ -44,12 +44,10 @@ def connect_redis(settings: Settings):
         from redis.asyncio.cluster import RedisCluster
 
         return RedisCluster.from_url(settings.redis_url, **kw)
-    from redis.asyncio import Redis
+    from service.store.redis_client import service_client
 
-    from service.store.redis_client import timeout_writes_in_task
-
-    # same timeouts, the write's without a task per command on Python 3.11 (service/store/redis_client.py)
-    return timeout_writes_in_task(Redis.from_url(settings.redis_url, **kw))
+    # redis-py's client with a shorter per-command path, same timeouts and retries (service/store/redis_client.py)
+    return service_client(settings.redis_url, **kw)
 
 
 def build_engine(settings: Settings) -> Engine:

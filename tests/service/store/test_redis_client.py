@@ -99,3 +99,49 @@ def test_commands_are_packed_in_c_to_the_same_bytes_as_redis_py():
         assert b"".join(bytes(p) for p in fast.pack_command(*args)) == expected, args
     assert _c_pack is not None                       # redis[hiredis] is a dependency: the fast path is the one tested
     assert fast.pack_command("GET", "k") == [_c_pack((b"GET", "k"))]
+
+
+async def test_the_service_client_is_the_lean_one_and_retries_a_dropped_connection(redis):
+    """service_client: LeanRedis over the lean pool (redis-py 8); a command whose pooled connection the server
+    dropped is sent again on a new connection by the configured Retry, and fails without retries."""
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from service.store.redis_client import LEAN, LeanRedis, service_client
+
+    async def dropped(retries: int):
+        r = service_client(redis.url, socket_timeout=TIMEOUT_S, retry=Retry(NoBackoff(), retries),
+                           retry_on_error=[RedisConnectionError, RedisTimeoutError])
+        assert isinstance(r, LeanRedis) == LEAN and LEAN        # the test env has redis-py 8: the lean path is tested
+        await r.set("k", "v")
+        killer = Redis.from_url(redis.url)
+        assert await killer.client_kill_filter(_type="normal", skipme=True) >= 1   # drops r's pooled connection
+        await killer.aclose()
+        try:
+            return await r.get("k")
+        finally:
+            await r.aclose()
+
+    assert await dropped(retries=2) == b"v"
+    with pytest.raises(RedisConnectionError):
+        await dropped(retries=0)
+
+
+async def test_the_service_client_runs_scripts_pipelines_and_big_values(redis):
+    from service.store.redis_client import service_client
+
+    r = service_client(redis.url, socket_timeout=TIMEOUT_S)
+    try:
+        big = os.urandom(3 << 20)
+        assert await r.set("k", big) and await r.get("k") == big
+        script = r.register_script("return redis.call('INCRBY', KEYS[1], ARGV[1])")
+        assert await script(keys=["n"], args=[5]) == 5
+        await r.script_flush()                                     # NOSCRIPT: the script is loaded again
+        assert await script(keys=["n"], args=[1]) == 6
+        async with r.pipeline(transaction=True) as p:
+            assert await p.incr("n").get("n").execute() == [7, b"7"]
+        pool = r.connection_pool
+        assert not pool._in_use_connections and pool._available_connections  # every connection given back
+    finally:
+        await r.aclose()
