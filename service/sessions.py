@@ -25,7 +25,8 @@ from service.policy.grammar import is_safe_action
 from service.policy.turns import PolicyOutputError, Sampling, run_step
 from service.rate_limit import RateLimiter
 from service.settings import Settings
-from service.store.docs import DocGone, DocStore, JSONText, VersionConflict
+from service.store import codec
+from service.store.docs import DocGone, DocStore, VersionConflict
 
 
 
@@ -225,7 +226,7 @@ class SessionService:
         }
         idem_value = json.dumps({"request_hash": req_hash, "body": body_out}) if idem_key else None
         ts = time.perf_counter()
-        state_json = JSONText(json.dumps(final, separators=(",", ":")))  # valid by construction
+        state_json = codec.dumps(final)  # bytes: valid JSON by construction, not parsed again by the commit script
         try:
             await self.docs.commit(sid, v0, state_json, events, lease_token=token, idem_key=idem_key,
                                    idem_value=idem_value, idem_ttl=self.settings.idempotency_ttl_s,

@@ -17,8 +17,9 @@ events 1..k applied. A commit names the version it was computed from; the script
 refuses it if the version moved or the writer lost its lease, and it validates every
 payload before the first write (Redis does not roll back a script that fails midway),
 so a commit lands whole or not at all. "Every payload" means every one that could be invalid: the script parses
-the payloads a caller passed as raw text, and skips those the store serialized itself (a dict, or a `JSONText`
-that the caller made with `json.dumps`) — parsing a step's state again cost ≈ 1/3 of the commit script's time.
+the payloads a caller passed as raw text (`str`), and skips those serialized by code (a dict, which the store
+writes with service/store/codec.py; `bytes` from `codec.dumps`; a `JSONText` made with `json.dumps`) — parsing a
+step's state again cost ≈ 1/3 of the commit script's time. JSON is written compact, UTF-8 (codec.py).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from service.rate_limit import COUNT_LUA
+from service.store import codec
 
 _COMMIT = r"""
 local state_k, meta_k, events_k, lock_k, idem_k, evid_k, init_k = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
@@ -179,7 +181,7 @@ class DocStore:
     async def create(self, doc_id: str, state: dict, meta: dict[str, str], ttl: int = 0) -> bool:
         flat = [x for kv in meta.items() for x in kv]
         keys = [self.key(doc_id, "state"), self.key(doc_id, "meta"), self.key(doc_id, "init")]
-        return bool(await self._create(keys=keys, args=[json.dumps(state), ttl, _now(), len(meta), *flat]))
+        return bool(await self._create(keys=keys, args=[codec.dumps(state), ttl, _now(), len(meta), *flat]))
 
     async def load(self, doc_id: str) -> Loaded:
         res = await self._load(keys=[self.key(doc_id, "state"), self.key(doc_id, "meta")])
@@ -187,7 +189,7 @@ class DocStore:
             raise DocGone(doc_id)
         raw, flat = res
         meta = {_s(flat[i]): _s(flat[i + 1]) for i in range(0, len(flat), 2)}
-        return Loaded(json.loads(raw), int(meta["version"]), meta)
+        return Loaded(codec.loads(raw), int(meta["version"]), meta)
 
     async def exists(self, doc_id: str) -> bool:
         return bool(await self.r.exists(self.key(doc_id, "meta")))
@@ -275,7 +277,7 @@ class DocStore:
         if status == "busy":
             return "busy", meta, None
         peeked = [None if x is None else _s(x) for x in res[3]] if len(res) > 3 else None
-        return "ok", meta, (Loaded(json.loads(res[1]), int(meta["version"]), meta, peeked), token)
+        return "ok", meta, (Loaded(codec.loads(res[1]), int(meta["version"]), meta, peeked), token)
 
     def meta_key(self, doc_id: str) -> str:
         return self.key(doc_id, "meta")
@@ -295,7 +297,7 @@ class DocStore:
     async def events(self, doc_id: str, after: int = 0, limit: int = 100, upto: int | None = None) -> list[dict]:
         end = f"{upto}-1" if upto is not None else "+"
         rows = await self.r.xrange(self.key(doc_id, "events"), min=f"{after + 1}-0", max=end, count=limit)
-        return [json.loads(fields[b"e"] if b"e" in fields else fields["e"]) for _id, fields in rows]
+        return [codec.loads(fields[b"e"] if b"e" in fields else fields["e"]) for _id, fields in rows]
 
     async def init_state(self, doc_id: str) -> dict:
         raw = await self.r.get(self.key(doc_id, "init"))
@@ -337,12 +339,13 @@ def _s(x) -> str:
 
 class JSONText(str):
     """Text the caller made with `json.dumps`: valid JSON by construction, so the commit script does not parse it
-    again (a plain `str` is raw text and is parsed before anything is written)."""
+    again (a plain `str` is raw text and is parsed before anything is written; `bytes` are taken to come from
+    `codec.dumps`, like a dict the store serializes itself)."""
 
 
 def _raw(x) -> bool:
     return isinstance(x, str) and not isinstance(x, JSONText)
 
 
-def _json_or_raw(x) -> str:
-    return x if isinstance(x, str) else json.dumps(x, separators=(",", ":"))
+def _json_or_raw(x) -> str | bytes:
+    return x if isinstance(x, (str, bytes)) else codec.dumps(x)
