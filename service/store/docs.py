@@ -25,11 +25,13 @@ step's state again cost ≈ 1/3 of the commit script's time. JSON is written com
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
+from redis.exceptions import NoScriptError
 
 from service.rate_limit import COUNT_LUA
 from service.store import codec
@@ -171,6 +173,15 @@ class DocStore:
         # one script may touch keys of two documents only on a single Redis server, not on a Redis Cluster
         self.can_peek = not _is_cluster(redis)
 
+    async def _run(self, script, keys: list, args: list = ()):
+        """EVALSHA of a registered script, loading it first if the server does not know it (after a restart or a
+        SCRIPT FLUSH): what redis-py's Script object does, without its per-call import, type check and copies."""
+        try:
+            return await self.r.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            script.sha = await self.r.script_load(script.script)
+            return await self.r.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+
     def key(self, doc_id: str, part: str) -> str:
         return f"{self.ns}:{{{self.kind}:{doc_id}}}:{part}"
 
@@ -181,10 +192,10 @@ class DocStore:
     async def create(self, doc_id: str, state: dict, meta: dict[str, str], ttl: int = 0) -> bool:
         flat = [x for kv in meta.items() for x in kv]
         keys = [self.key(doc_id, "state"), self.key(doc_id, "meta"), self.key(doc_id, "init")]
-        return bool(await self._create(keys=keys, args=[codec.dumps(state), ttl, _now(), len(meta), *flat]))
+        return bool(await self._run(self._create, keys=keys, args=[codec.dumps(state), ttl, _now(), len(meta), *flat]))
 
     async def load(self, doc_id: str) -> Loaded:
-        res = await self._load(keys=[self.key(doc_id, "state"), self.key(doc_id, "meta")])
+        res = await self._run(self._load, keys=[self.key(doc_id, "state"), self.key(doc_id, "meta")])
         if not res or not res[1]:
             raise DocGone(doc_id)
         raw, flat = res
@@ -226,7 +237,7 @@ class DocStore:
             *[_json_or_raw(e) for e in events], *consume_evidence, *[x for kv in meta.items() for x in kv],
             "1" if release else "0", "".join("1" if _raw(x) else "0" for x in (new_state, *events)),
         ]
-        status, version = await self._commit(keys=self._keys(doc_id, idem_key), args=args)
+        status, version = await self._run(self._commit, keys=self._keys(doc_id, idem_key), args=args)
         status = _s(status)
         if status == "ok":
             return int(version)
@@ -248,7 +259,7 @@ class DocStore:
         `count`: (counter key, limit, window ms) of a rate limit (service/rate_limit.py), counted first in the same
         script; over the limit the answer is "limited" and nothing else is read or written (no lease). Only where
         `can_peek`, for the same reason; elsewhere it is an error (count with RateLimiter.hit first)."""
-        token = uuid.uuid4().hex
+        token = os.urandom(16).hex()  # as uuid4().hex: 128 random bits
         keys = [self.key(doc_id, "state"), self.key(doc_id, "meta"), self.key(doc_id, "lock"),
                 self.key(doc_id, f"idem:{idem_key or '_'}")]
         peeking = peek is not None and self.can_peek
@@ -260,7 +271,7 @@ class DocStore:
                 raise ValueError("a rate-limit counter is in another slot: count it separately on Redis Cluster")
             keys.append(count[0])
             args[4:] = count[1], count[2]
-        res = await self._begin(keys=keys, args=args)
+        res = await self._run(self._begin, keys=keys, args=args)
         status = _s(res[0])
         if status == "limited":
             return "limited", {}, (int(res[1]), int(res[2]))
@@ -288,7 +299,7 @@ class DocStore:
         return token if ok else None
 
     async def release(self, doc_id: str, token: str) -> None:
-        await self._release(keys=[self.key(doc_id, "lock")], args=[token])
+        await self._run(self._release, keys=[self.key(doc_id, "lock")], args=[token])
 
     async def get_idem(self, doc_id: str, idem_key: str) -> dict | None:
         raw = await self.r.get(self.key(doc_id, f"idem:{idem_key}"))
