@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
 Mode = Literal["inline", "always_on", "env_only"]
 Verb = Literal["track", "commit", "recall", "note"]
@@ -36,7 +36,9 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     @model_validator(mode="after")
-    def _valid_unicode(self):
+    def _valid_unicode(self, info: ValidationInfo):
+        if info.mode == "json":  # parsed by pydantic from JSON text: its parser refuses lone surrogates itself
+            return self
         for name in type(self).model_fields:
             _check_text(getattr(self, name), name)
         return self
