@@ -25,12 +25,13 @@ import sys
 import redis
 from redis.asyncio import Redis
 from redis.asyncio.connection import ConnectionPool
-from redis.event import AsyncAfterConnectionReleasedEvent
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 NEEDS_TASKLESS_WRITES = sys.version_info < (3, 12)
 LEAN = redis.__version__.split(".")[0] == "8"
+if LEAN:
+    from redis.event import AsyncAfterConnectionReleasedEvent
 
 try:
     from hiredis import pack_command as _c_pack
