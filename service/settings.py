@@ -38,8 +38,9 @@ def model_sampling_defaults(model_dir: str) -> dict:
 
 
 def default_model_path() -> str:
-    """The shipped trained policy if present, else the tiny untrained model `make` builds."""
-    if (DEFAULT_POLICY_DIR / "config.json").exists():
+    """The shipped trained policy if present (a full checkpoint, or base + LoRA with a policy.json), else the tiny
+    untrained model `make` builds."""
+    if (DEFAULT_POLICY_DIR / "config.json").exists() or (DEFAULT_POLICY_DIR / "policy.json").exists():
         return str(DEFAULT_POLICY_DIR)
     return str(UNTRAINED_DIR)
 

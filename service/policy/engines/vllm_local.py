@@ -104,6 +104,8 @@ class VLLMEngine:
         engine_kwargs: dict[str, Any] | None = None,
     ) -> None:
         self.model_path = str(model)
+        # what vLLM loads; set by resolve_model() (called by start())
+        self.load_path: str | None = None
         self.adapter_path = str(adapter) if adapter else None
         self.adapter_name = (adapter_name or Path(self.adapter_path).name) if self.adapter_path else None
         self.base_model_id = served_model_name or Path(self.model_path).name
@@ -131,9 +133,10 @@ class VLLMEngine:
     def _engine_args(self):
         from vllm.engine.arg_utils import AsyncEngineArgs
 
+        path = self.load_path or self.model_path
         kw: dict[str, Any] = dict(
-            model=self.model_path,
-            tokenizer=self.model_path,
+            model=path,
+            tokenizer=path,
             served_model_name=self.base_model_id,
             max_model_len=self.max_model_len,
             enforce_eager=self.enforce_eager,
@@ -164,6 +167,18 @@ class VLLMEngine:
         kw.update(self.engine_kwargs)
         return AsyncEngineArgs(**kw)
 
+    def resolve_model(self) -> str:
+        """Set and return ``load_path``, the folder vLLM loads: ``model_path`` itself, or for a base + LoRA policy
+        folder (``policy.json``) its merged checkpoint, built on first use and cached (service/policy/pretrained.py)."""
+        if self.load_path is None:
+            from service.policy.pretrained import resolve_policy_dir
+
+            resolved = resolve_policy_dir(self.model_path)
+            self.load_path = self.model_path if resolved == Path(self.model_path) else str(resolved)
+            if self.load_path != self.model_path:
+                log.info("policy %s is base + LoRA: loading the merged %s", self.model_path, self.load_path)
+        return self.load_path
+
     async def start(self) -> None:
         async with self._start_lock:
             if self._llm is not None:
@@ -177,6 +192,7 @@ class VLLMEngine:
                 from vllm.lora.request import LoRARequest
                 from vllm.v1.engine.async_llm import AsyncLLM
 
+                await asyncio.to_thread(self.resolve_model)
                 args = self._engine_args()
                 self._llm = AsyncLLM.from_engine_args(args)
                 if self.adapter_path:
