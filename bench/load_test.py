@@ -115,7 +115,7 @@ class Stack:
         for i in range(self.replicas):
             port = free_port()
             log = self.dir / f"service{i}.log"
-            env = {**base, "REDIS_URL": self.redis.url, "EVOHARNESS_ENGINE": "remote", "EVOHARNESS_MODEL": self.model,
+            env = {**base, "REDIS_URL": self.redis.url, "EVOHARNESS_ENGINE": "remote", "EVOHARNESS_MAX_MODEL_LEN": "2048", "EVOHARNESS_MODEL": self.model,
                    "EVOHARNESS_REMOTE_URLS": json.dumps(self.engine_urls), "EVOHARNESS_AUTH": "on",
                    "EVOHARNESS_API_KEYS": json.dumps(key_records()), "EVOHARNESS_RATE_LIMIT": "0",
                    "EVOHARNESS_ENGINE_TIMEOUT_S": "5", "EVOHARNESS_STEP_TIMEOUT_S": "20",

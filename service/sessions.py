@@ -12,25 +12,22 @@ from contextlib import asynccontextmanager
 import jsonpatch
 
 from service import audit as audit_log
-from service.audit import make_event, patch
 from service import metrics
 from service.api.errors import ApiError, rate_limited
-from service.banks import BankService
+from service.audit import make_event, patch
 from service.bank.evolver import entity_type
+from service.banks import BankService
 from service.domains import get_domain
 from service.harness import new_state, observe
 from service.harness.ops import HarnessError
 from service.policy.engines.base import Engine, EngineTimeout
 from service.policy.grammar import is_safe_action
+from service.policy.render import transcript_chars_for
 from service.policy.turns import PolicyOutputError, Sampling, run_step
 from service.rate_limit import RateLimiter
-from service.settings import Settings
+from service.settings import Settings, model_context_len
 from service.store import codec
 from service.store.docs import DocGone, DocStore, VersionConflict
-
-
-
-
 
 
 def not_found(session_id: str) -> ApiError:
@@ -46,6 +43,8 @@ class SessionService:
         self.settings, self.docs, self.banks, self.engine = settings, docs, banks, engine
         # counts each step that reaches Redis against its key's rate limit (step(key_id=...)); None: no limit
         self.limiter = limiter
+        # the episode chat must fit the engine's context (service.policy.render)
+        self.transcript_chars = transcript_chars_for(settings.max_model_len or model_context_len(settings.model))
         self.active_key = f"{settings.namespace}:active"
         # session id -> (tenant, bank name): a step reads its bank's version in the same Redis call that takes
         # the lease (DocStore.begin peek), and BankService reuses the parsed bank while that version holds
@@ -69,7 +68,7 @@ class SessionService:
             task=body.task, domain=body.domain, mode=body.mode, bank=body.bank,
             initial_belief=domain.initial_belief(body.task),
             modules=body.modules, harness_cap=s.harness_cap if body.harness_cap is None else body.harness_cap,
-            max_steps=body.max_steps, metadata=body.metadata,
+            max_steps=body.max_steps, metadata=body.metadata, transcript_chars=self.transcript_chars,
         )
         state["belief"]["task_type"] = domain.task_type(body.task)
         await self.banks.ensure(body.bank, tenant)

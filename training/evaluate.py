@@ -10,38 +10,45 @@ Each (split, mode) plays its games with ``training.agent.EnginePolicy`` over one
 ``service.bank.evolver.consolidate`` after every window of ``--window`` episodes, as the service does.
 
 Reports per (split, mode): success % per task type, mean steps, harness calls per episode by verb, harness tokens
-per episode (call turns + panels, see ``RecordingPolicy``), tokens per episode, bank size — ``<out>/eval.json``, ``<out>/eval.md`` (markdown table) and
+per episode (what harness content writes into the context, see ``RecordingPolicy``), tokens per episode, bank size — ``<out>/eval.json``, ``<out>/eval.md`` (markdown table) and
 ``<out>/eval.png``.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import threading
 import time
 from pathlib import Path
 
+from service.policy.render import harness_result_message
+from service.policy.wire import IM_END, IM_START
 from training.agent import EnginePolicy
 
+PANEL_PREFIXES = ("Plan: ", "Belief: ", "Experience: ")
 
-PANEL_PREFIXES = ("Plan: ", "Belief: ", "Experience: ", "Harness: ")
+
+def panel_text(message: str) -> str:
+    """The harness panels of a rendered observation message (the renderer's Plan/Belief/Experience lines)."""
+    return "\n".join(line for line in message.splitlines() if line.startswith(PANEL_PREFIXES))
 
 
-def panel_text(prompt: str) -> str:
-    """The harness panels of a rendered prompt (the renderer's Plan/Belief/Experience/Harness lines)."""
-    return "\n".join(line for line in prompt.splitlines() if line.startswith(PANEL_PREFIXES))
+def newest_user_message(prompt: str) -> str:
+    """The last user turn of a rendered prompt (a step's first prompt ends with its new observation)."""
+    head = f"{IM_START}user\n"
+    return prompt[prompt.rfind(head) + len(head):].split(IM_END, 1)[0] if head in prompt else ""
 
 
 class RecordingPolicy(EnginePolicy):
     """EnginePolicy that also keeps per-episode harness calls by verb and harness tokens.
 
-    Harness tokens of an episode = every token of its harness-call turns (prompt + completion) + the tokens of the
-    harness panels (Plan / Belief / Experience / last Harness result lines) inside the prompts of its environment
-    turns. ``always_on`` pays the second part every turn, ``inline`` mostly the first, ``env_only`` neither; the
-    constant verb help in the system prompt is left out (a prefix cache serves it).
+    The prompt is the episode as one chat, so every token is written into the context once and re-read from the
+    prefix cache afterwards. Harness tokens of an episode = the tokens harness content writes into the context:
+    each harness call's completion and its result message (``inline``), plus the Plan / Belief / Experience panel
+    lines of each observation message (``always_on``); ``env_only`` has neither. The constant verb help in the
+    system prompt is left out.
     """
 
     def __init__(self, *args, count_tokens=None, **kwargs):
@@ -56,18 +63,14 @@ class RecordingPolicy(EnginePolicy):
             by_verb: dict[str, int] = {}
             for t in harness:
                 by_verb[t.verb] = by_verb.get(t.verb, 0) + 1
+            call_tokens = sum(t.completion_tokens + self.count_tokens(harness_result_message(t.verb, t.arg, t.result))
+                              for t in harness)
             panels = 0
             for o in self.agent.outcomes:
-                by_hash = {hashlib.sha256(p.encode()).hexdigest()[:16]: p for p in o.prompts}
-                for t in o.turns:
-                    if t.kind == "env":
-                        text = panel_text(by_hash.get(t.prompt_hash, ""))
-                        panels += self.count_tokens(text) if text else 0
-            self.episodes.append({"by_verb": by_verb,
-                                  "harness_call_tokens": sum(t.prompt_tokens + t.completion_tokens for t in harness),
-                                  "panel_tokens": panels,
-                                  "harness_tokens": sum(t.prompt_tokens + t.completion_tokens for t in harness)
-                                  + panels,
+                text = panel_text(newest_user_message(o.prompts[0])) if o.prompts else ""
+                panels += self.count_tokens(text) if text else 0
+            self.episodes.append({"by_verb": by_verb, "harness_call_tokens": call_tokens, "panel_tokens": panels,
+                                  "harness_tokens": call_tokens + panels,
                                   "steps_used": self.agent.state["budget"]["used"]})
         return super().act(observation, admissible, won, done)
 
@@ -117,12 +120,12 @@ class EpisodeSlots:
     (per-episode harness state); all twins share one engine, which batches their requests.
     """
 
-    def __init__(self, policy: "RecordingPolicy", concurrency: int, max_steps: int):
+    def __init__(self, policy: RecordingPolicy, concurrency: int, max_steps: int):
         import queue
 
         from training.envs.alfworld.env import AlfWorldEnv
 
-        self.free: "queue.Queue" = queue.Queue()
+        self.free: queue.Queue = queue.Queue()
         self.all = [(policy.fork(), LockedEnv(AlfWorldEnv(max_steps=max_steps))) for _ in range(max(1, concurrency))]
         for slot in self.all:
             self.free.put(slot)
@@ -229,6 +232,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=None,
                     help="per-request seed (default none: the engine's generator runs on, so a repeated prompt can "
                          "be answered differently, as in serving)")
+    ap.add_argument("--dtype", default="float32", help="vLLM dtype; float32 unless the CPU has bf16 instructions "
+                    "(emulated bf16 ran a 135M model ~2x slower)")
+    ap.add_argument("--max-model-len", type=int, default=4096, help="context: a 50-step episode is one chat")
+    ap.add_argument("--eager", action="store_true", help="skip torch.compile (fast start, ~2x slower decode)")
     args = ap.parse_args(argv)
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -242,7 +249,11 @@ def main(argv: list[str] | None = None) -> int:
     start_bank = json.loads(bank_path.read_text()) if bank_path.exists() else new_bank()
     out = Path(args.out or f"runs/eval/{model.name}")
     out.mkdir(parents=True, exist_ok=True)
-    engine = VLLMEngine(model, max_model_len=2048, kv_cache_gib=args.kv_cache_gib, enforce_eager=True)
+    from service.policy.pretrained import resolve_policy_dir
+    from service.settings import model_context_len
+    context = min(args.max_model_len, model_context_len(str(resolve_policy_dir(model)), cap=args.max_model_len))
+    engine = VLLMEngine(model, max_model_len=context, kv_cache_gib=args.kv_cache_gib,
+                        enforce_eager=args.eager, dtype=args.dtype)
     sampling = Sampling(temperature=args.temperature, top_p=args.top_p,
                         seed=args.seed)
     report = {"model": str(model), "max_steps": args.max_steps, "n": args.n, "results": {}, "seconds": {},
@@ -250,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
               "sampling": {"temperature": args.temperature, "top_p": args.top_p, "seed": sampling.seed}}
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(str(model))
-    policy = RecordingPolicy(engine, sampling=sampling,
+    from service.policy.render import transcript_chars_for
+    policy = RecordingPolicy(engine, sampling=sampling, transcript_chars=transcript_chars_for(context),
                              count_tokens=lambda text: len(tok(text, add_special_tokens=False)["input_ids"]))  # one engine and event loop for every split and mode
     slots = EpisodeSlots(policy, min(args.concurrency, args.window), args.max_steps)
     try:

@@ -41,11 +41,36 @@ def export(model_dir: str, out: str, adapter: str | None = None, dtype: str = "b
     return dest
 
 
+def export_adapter(adapter_dir: str, out: str, base: str, temperature: float = 0.0, top_p: float = 1.0) -> Path:
+    """A small policy folder for git: ``adapter/`` (the peft LoRA files), the tokenizer, generation_config.json and
+    ``policy.json`` naming the packaged base; the service merges base + adapter into a cached folder at start
+    (``service.policy.pretrained.resolve_policy_dir``)."""
+    src, dest = Path(adapter_dir), Path(out)
+    dest.mkdir(parents=True, exist_ok=True)
+    for stale in ("model.safetensors", "config.json"):
+        (dest / stale).unlink(missing_ok=True)  # a merged export of an earlier recipe
+    (dest / "adapter").mkdir(exist_ok=True)
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        shutil.copy(src / name, dest / "adapter" / name)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json"):
+        if (src / name).exists():
+            shutil.copy(src / name, dest / name)
+    gen = {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2, "do_sample": temperature > 0}
+    if temperature > 0:
+        gen.update(temperature=temperature, top_p=top_p)
+    (dest / "generation_config.json").write_text(json.dumps(gen, indent=1) + "\n")
+    (dest / "policy.json").write_text(json.dumps({"base": base, "adapter": "adapter"}, indent=1) + "\n")
+    return dest
+
+
 def model_card(dest: Path, params: int, sections: dict[str, str]) -> str:
+    adapter = (dest / "policy.json").exists()
+    what = (f"A LoRA adapter ({params:,} parameters) on the packaged SmolLM2-135M-Instruct base" if adapter
+            else f"A model with {params:,} parameters")
     parts = ["# EvoHarness default policy (trained)", "",
-             (f"A `Qwen3ForCausalLM` with {params:,} parameters trained by `training/` on this repository's generated "
-             "ALFWorld games (teacher SFT, then cost-aware GRPO). Serve it with the service's vLLM engine "
-             "(it is grammar-constrained: every action is admissible or a harness verb)."), ""]
+             (f"{what}, trained by `training/` on this repository's generated ALFWorld games (teacher SFT on whole "
+              "episodes; cost-aware GRPO where the card says it ran). Serve it with the service's vLLM engine "
+              "(it is grammar-constrained: every action is admissible or a harness verb)."), ""]
     for title, body in sections.items():
         parts += [f"## {title}", "", body.strip(), ""]
     text = "\n".join(parts)
@@ -59,17 +84,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--adapter", default=None)
     ap.add_argument("--out", required=True)
     ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--base-name", default=None, help="with --adapter: ship the adapter only, on this packaged base "
+                    "(e.g. smollm2-135m-instruct); the service merges it at start")
     ap.add_argument("--temperature", type=float, default=0.0, help="serving temperature to record (0 = greedy)")
     ap.add_argument("--top-p", type=float, default=1.0)
     ap.add_argument("--bank", default=None, help="bank.json to ship next to the weights")
     ap.add_argument("--eval", default=None, help="markdown evaluation table for the card")
     ap.add_argument("--notes", default=None, help="markdown file with data/config/wall-time sections")
     args = ap.parse_args(argv)
-    dest = export(args.model, args.out, args.adapter, args.dtype, args.temperature, args.top_p)
+    if args.base_name:
+        dest = export_adapter(args.adapter, args.out, args.base_name, args.temperature, args.top_p)
+    else:
+        dest = export(args.model, args.out, args.adapter, args.dtype, args.temperature, args.top_p)
     if args.bank:
         shutil.copy(args.bank, dest / "bank.json")
     from safetensors import safe_open
-    with safe_open(str(dest / "model.safetensors"), "pt") as f:
+    weights = dest / "adapter" / "adapter_model.safetensors" if args.base_name else dest / "model.safetensors"
+    with safe_open(str(weights), "pt") as f:
         params = sum(_prod(f.get_slice(k).get_shape()) for k in f.keys())  # noqa: SIM118
     sections = {}
     if args.notes:
@@ -77,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.eval:
         sections["Evaluation"] = Path(args.eval).read_text()
     model_card(dest, params, sections)
-    size = sum(p.stat().st_size for p in dest.iterdir() if p.is_file())
+    size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
     print(json.dumps({"out": str(dest), "params": params, "bytes": size}))
     return 0
 

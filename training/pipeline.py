@@ -23,20 +23,21 @@ from pathlib import Path
 class PipelineConfig:
     """Defaults of the shipped CPU policy (see docs/training.md for why)."""
 
-    train_games: int = 240                # generated train games (the split has 600; CPU budget)
+    train_games: int = 600                # generated train games (the benchmark's train split size)
     work: str = "runs/policy"             # intermediate outputs
     teacher_out: str = "data/teacher"
-    size: str = "micro"                   # 2.6 M parameters, 6 layers
-    base: str | None = None               # pretrained HF folder -> LoRA instead of from-scratch
-    sft_steps: int = 800
-    lm_steps: int = 300                   # LM pretraining on transcripts first: 5x the constrained accuracy (docs)
-    focus_steps: int = 400                # then decision turns upsampled (training.sft.FOCUS_UPSAMPLE)
-    focus_lr: float = 1e-3
-    sft_lr: float = 2e-3
-    sft_batch: int = 8
-    sft_max_length: int = 768             # prompt + completion tokens (teacher rows: p99 ~590, max ~670)
+    base: str = "smollm2-135m-instruct"   # packaged pretrained base (service.policy.pretrained); or "micro"/"pico"
+                                          # ... for a from-scratch toy model (tests)
+    sft_steps: int = 150                  # optimizer steps of `sft_batch` whole episodes each
+    lm_steps: int = 0                     # LM stage (loss on every token): only useful for from-scratch toys
+    sft_lr: float = 3e-4
+    sft_batch: int = 4
+    sft_max_length: int = 4096            # tokens per episode
+    lora_r: int = 64
+    lora_from_layer: int = 12             # adapters on layers 12-29: the backward pass stops at layer 12
+    bf16_autocast: bool = True            # on CPUs with avx512_bf16/AMX only (checked at run time)
     threads: int = 2                      # torch threads for SFT and GRPO
-    grpo_updates: int = 10
+    grpo_updates: int = 0                 # 0: no GRPO stage (not yet run on the pretrained base; issue 12)
     grpo_group: int = 4
     grpo_games_per_update: int = 2
     grpo_max_env_steps: int = 30
@@ -46,11 +47,25 @@ class PipelineConfig:
                                           # needs it inside its horizon or the bonus outweighs the cost term)
     eval_n: int | None = None             # games per split (None: all generated games)
     eval_max_steps: int = 50
+    eval_kv_cache_gib: float = 2.0        # SmolLM2 fp32 keeps ~46 KB per token: 8 episodes of ~4k tokens need ~1.5 GiB
+    eval_other_modes: list[str] = field(default_factory=lambda: ["always_on"])  # on valid_unseen, beside inline
     eval_temperature: float = 0.0         # 0 = greedy; the serving default must match (EVOHARNESS_TEMPERATURE)
     valid_seen_games: int = 40
     out: str = "models/default-policy"
     remarks: str | None = "docs/policy_remarks.md"  # hand-written part of the card (limits, what was tried)
     stages: list[str] = field(default_factory=lambda: ["games", "teacher", "base", "sft", "grpo", "export", "eval"])
+
+
+SIZES = ("pico", "nano", "micro", "small", "base")  # training.model_init's from-scratch sizes
+
+
+def cpu_has_bf16() -> bool:
+    """bf16 matmuls are native only with AVX512-BF16 or AMX; elsewhere they are emulated (~10x slower)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return " avx512_bf16" in flags or " amx_bf16" in flags
 
 
 def sh(*args: str) -> None:
@@ -69,32 +84,46 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
         sh("training.envs.alfworld.generate", "--split", "valid_unseen")
     if "teacher" in cfg.stages and not done(f"{cfg.teacher_out}/inline.jsonl"):
         sh("training.teacher", "--games-dir", "data/alfworld/train", "--out", cfg.teacher_out)
-    base = cfg.base or str(work / f"base-{cfg.size}")
-    if "base" in cfg.stages and not cfg.base and not done(base):
-        sh("training.model_init", "--size", cfg.size, "--corpus", cfg.teacher_out, "--out", base)
+    pretrained = cfg.base not in SIZES
+    if pretrained:
+        from service.policy.pretrained import ensure_base
+        base = str(ensure_base(cfg.base)) if "base" in cfg.stages else f"data/base/{cfg.base}"
+    else:
+        base = str(work / f"base-{cfg.base}")
+        if "base" in cfg.stages and not done(base):
+            sh("training.model_init", "--size", cfg.base, "--corpus", cfg.teacher_out, "--out", base)
     if "sft" in cfg.stages and not done(work / "sft" / "model"):
         sh("training.sft", "--base", base, "--data", cfg.teacher_out, "--out", str(work / "sft"),
-           "--max-steps", str(cfg.sft_steps), "--lm-steps", str(cfg.lm_steps), "--lr", str(cfg.sft_lr), "--batch", str(cfg.sft_batch),
-           "--max-length", str(cfg.sft_max_length), "--threads", str(cfg.threads),
-           "--focus-steps", str(cfg.focus_steps), "--focus-lr", str(cfg.focus_lr),
-           *(["--lora"] if cfg.base else []))
-    if "grpo" in cfg.stages and not done(work / "grpo" / "model"):
+           "--max-steps", str(cfg.sft_steps), "--lm-steps", str(cfg.lm_steps), "--lr", str(cfg.sft_lr),
+           "--batch", str(cfg.sft_batch), "--max-length", str(cfg.sft_max_length), "--threads", str(cfg.threads),
+           *(["--lora", "--lora-r", str(cfg.lora_r), "--lora-from-layer", str(cfg.lora_from_layer)]
+             if pretrained else []),
+           *(["--bf16"] if cfg.bf16_autocast and cpu_has_bf16() else []))
+    if "grpo" in cfg.stages and cfg.grpo_updates and not done(work / "grpo" / "model"):
         sh("training.grpo", "--model", str(work / "sft" / "model"), "--out", str(work / "grpo"),
            "--updates", str(cfg.grpo_updates), "--group", str(cfg.grpo_group),
            "--games-per-update", str(cfg.grpo_games_per_update), "--max-env-steps", str(cfg.grpo_max_env_steps),
            "--lr", str(cfg.grpo_lr), "--cost-per-call", str(cfg.grpo_cost_per_call),
            "--div-anneal-updates", str(cfg.grpo_div_anneal), "--threads", str(cfg.threads))
     final = work / "grpo" / "model" if (work / "grpo" / "model").exists() else work / "sft" / "model"
-    if "export" in cfg.stages:
+    if "export" in cfg.stages and pretrained and final == work / "sft" / "model":
+        sh("training.export", "--model", base, "--adapter", str(work / "sft" / "adapter"), "--base-name", cfg.base,
+           "--out", cfg.out, "--bank", f"{cfg.teacher_out}/bank.json", "--temperature", str(cfg.eval_temperature))
+    elif "export" in cfg.stages:
         sh("training.export", "--model", str(final), "--out", cfg.out, "--bank", f"{cfg.teacher_out}/bank.json",
            "--temperature", str(cfg.eval_temperature))  # the policy is served as it was evaluated
     if "eval" in cfg.stages:
-        for label, model in (("sft", work / "sft" / "model"), ("policy", Path(cfg.out))):
-            modes = ["inline"] if label == "sft" else ["inline", "always_on", "env_only"]
-            sh("training.evaluate", "--model", str(model), "--split", "valid_seen", "valid_unseen",
+        runs = [("policy", Path(cfg.out), ["valid_seen", "valid_unseen"], ["inline"]),
+                ("policy-modes", Path(cfg.out), ["valid_unseen"], cfg.eval_other_modes)]
+        if final != work / "sft" / "model":  # GRPO ran: its SFT checkpoint is the baseline
+            runs.insert(0, ("sft", work / "sft" / "model", ["valid_seen", "valid_unseen"], ["inline"]))
+        for label, model, splits, modes in runs:
+            if not modes:
+                continue
+            sh("training.evaluate", "--model", str(model), "--split", *splits,
                "--mode", *modes, *(["--n", str(cfg.eval_n)] if cfg.eval_n else []),
                "--max-steps", str(cfg.eval_max_steps), "--bank", f"{cfg.teacher_out}/bank.json",
-               "--temperature", str(cfg.eval_temperature),
+               "--temperature", str(cfg.eval_temperature), "--kv-cache-gib", str(cfg.eval_kv_cache_gib),
                "--out", str(work / f"eval-{label}"))
     (work / "pipeline.json").write_text(json.dumps({"config": asdict(cfg),
                                                     "seconds": round(time.perf_counter() - t0, 1)}, indent=1))
@@ -107,18 +136,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Train the default policy end to end.")
     ap.add_argument("--out", default="models/default-policy")
     ap.add_argument("--work", default="runs/policy")
-    ap.add_argument("--base", default=None, help="pretrained HF folder (LoRA) instead of a from-scratch model")
-    ap.add_argument("--size", default=PipelineConfig.size)
+    ap.add_argument("--base", default=PipelineConfig.base, help="packaged pretrained base, or a from-scratch size "
+                    f"({', '.join(SIZES)})")
     ap.add_argument("--sft-steps", type=int, default=PipelineConfig.sft_steps)
     ap.add_argument("--lm-steps", type=int, default=PipelineConfig.lm_steps)
-    ap.add_argument("--focus-steps", type=int, default=PipelineConfig.focus_steps)
     ap.add_argument("--grpo-updates", type=int, default=PipelineConfig.grpo_updates)
     ap.add_argument("--eval-n", type=int, default=None, help="games per split (default: all generated)")
     ap.add_argument("--stages", nargs="+", default=None)
     ap.add_argument("--force", action="store_true")
     args = ap.parse_args(argv)
-    cfg = PipelineConfig(out=args.out, work=args.work, base=args.base, size=args.size, sft_steps=args.sft_steps, lm_steps=args.lm_steps,
-                         focus_steps=args.focus_steps, grpo_updates=args.grpo_updates, eval_n=args.eval_n)
+    cfg = PipelineConfig(out=args.out, work=args.work, base=args.base, sft_steps=args.sft_steps, lm_steps=args.lm_steps,
+                         grpo_updates=args.grpo_updates, eval_n=args.eval_n)
     if args.stages:
         cfg.stages = args.stages
     run(cfg, args.force)

@@ -1,19 +1,24 @@
-"""Supervised fine-tuning on teacher data with TRL ``SFTTrainer`` (completion-only loss).
+"""Supervised fine-tuning on teacher episodes with TRL ``SFTTrainer``: one sequence per episode, loss on the policy's
+turns only.
 
-    CPU:  python -m training.sft --base runs/base-nano --data data/teacher --out runs/sft --max-steps 600
+    CPU:  python -m training.sft --base data/base/smollm2-135m-instruct --data data/teacher --out runs/sft \
+              --lora --lora-from-layer 14 --lr 3e-4 --max-steps 300
     GPU:  python -m training.sft --base /models/Qwen3-1.7B --lora --data data/teacher --out runs/sft-lora \
-              --lr 1e-5 --epochs 4 --batch 8 --bf16
+              --lr 1e-5 --max-steps 4000 --bf16
 
-Data: the teacher's ``{prompt, completion}`` rows (prompt = the renderer's exact ChatML text, completion =
-``<think>…</think><action>…</action><|im_end|>``) — TRL's prompt-completion format, so the loss covers the
-completion (and its end-of-turn token) only. Modes are mixed (``SFTConfig.modes``) so one model serves all three.
+Data: the teacher's per-turn rows (``training.teacher``). A prompt is the episode so far (``service.policy.render``),
+so the last turn's prompt plus its completion holds every turn of the episode; each row's completion is a span of
+that text. We tokenize the whole episode once and mark the tokens of every completion span (``<think>…</think>
+<action>…</action><|im_end|>``) for the loss: one forward/backward trains all turns of an episode, where per-turn
+rows would re-read the same history about once per turn (measured ~10x the tokens). TRL gets the pre-tokenized
+``input_ids`` + ``completion_mask`` and computes the LM head only where the loss is (its fused head).
 
-Optional LM stage (``lm_steps``): language-model pretraining on whole transcripts (prompt + completion, loss on every
-token) before SFT — it teaches the model the scene text it must copy names from.
+Where this departs from the study (LoRA r=64 α=128 on all linear layers of Qwen3-8B, lr 1e-5, 4 epochs):
+``lora_from_layer`` puts the adapters on the upper layers only, so the backward pass stops there (on a 2-core CPU
+the lower layers' backward is most of the cost; see docs/training.md), and the lr is higher (small model, few steps).
 
-Full fine-tune for tiny from-scratch models; ``lora=True`` wraps a pretrained model with peft LoRA (r=64, α=128,
-all linear layers, as in the study). Constrained accuracy (``training.constrained_eval``) is measured at the end on
-held-out teacher turns with the serving grammar.
+Optional LM stage (``lm_steps``; for tiny from-scratch models): loss on every token of the episodes first.
+Constrained accuracy (``training.constrained_eval``) is measured at the end on held-out turns with the serving grammar.
 """
 
 from __future__ import annotations
@@ -22,61 +27,73 @@ import argparse
 import json
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+
+# every linear layer of a Llama/Qwen3 decoder block
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 @dataclass
 class SFTRunConfig:
-    """SFT settings (TRL SFTConfig is built from these)."""
+    """SFT settings (TRL's SFTConfig is built from these)."""
 
-    base: str = "runs/base-nano"            # base model folder (from training.model_init or a pretrained HF folder)
-    data: str = "data/teacher"              # teacher folder with <mode>.jsonl
-    out: str = "runs/sft"
-    modes: dict = field(default_factory=lambda: {"inline": 1.0, "always_on": 0.5, "env_only": 0.5})  # share kept
-    max_steps: int = 600                    # optimizer steps of the SFT stage
-    lm_steps: int = 0                       # optional LM pretraining steps on full transcripts before SFT
-    lr: float = 2e-3                        # from-scratch tiny models need a high lr; LoRA on Qwen3: 1e-5..1e-4
-    batch: int = 8
-    grad_accum: int = 1
-    max_length: int = 640                   # prompt + completion tokens
-    warmup: float = 0.05
-    lora: bool = False                      # peft LoRA instead of full fine-tune (pretrained bases)
-    lora_r: int = 64
-    lora_alpha: int = 128
-    bf16: bool = False
-    holdout_games: int = 4                  # games held out for constrained accuracy
-    eval_turns: int = 60
-    seed: int = 0
-    threads: int = 1                        # torch threads (1 is fastest on a shared 2-core box)
-    focus_steps: int = 0                    # extra SFT steps on a mix where decision turns are upsampled
-    focus_lr: float = 1e-3
-    focus_upsample: dict = field(default_factory=lambda: dict(FOCUS_UPSAMPLE))  # action prefix -> copies
-
-
-# Decision turns are rare: an episode has 1-4 of them (take / put / clean / heat / cool / use) among ~20 navigation
-# turns. Measured: after 800 SFT steps the policy walked past visible targets, e.g. "open drawer 2" -> "... you see a
-# cloth 2" -> "close drawer 2" (the frequent continuation) instead of "take cloth 2 from drawer 2".
-FOCUS_UPSAMPLE = {"take ": 4, "move ": 3, "clean ": 3, "heat ": 3, "cool ": 3, "use ": 3}
+    base: str = field(default="runs/base-nano", metadata={"help": "base model folder (HF)"})
+    data: str = field(default="data/teacher", metadata={"help": "teacher folder with <mode>.jsonl"})
+    out: str = field(default="runs/sft", metadata={"help": "output folder"})
+    modes: dict = field(default_factory=lambda: {"inline": 1.0, "always_on": 0.25, "env_only": 0.25},
+                        metadata={"help": "share of each mode's episodes kept"})
+    max_steps: int = field(default=300, metadata={"help": "optimizer steps"})
+    lm_steps: int = field(default=0, metadata={"help": "LM steps (loss on every token) before SFT"})
+    lr: float = field(default=3e-4, metadata={"help": "peak learning rate (cosine)"})
+    batch: int = field(default=4, metadata={"help": "episodes per optimizer step (gradient accumulation)"})
+    max_length: int = field(default=4096, metadata={"help": "tokens per episode (longer ones are cut at the end)"})
+    warmup: float = field(default=0.05, metadata={"help": "warmup share of the steps"})
+    lora: bool = field(default=False, metadata={"help": "peft LoRA instead of a full fine-tune"})
+    lora_r: int = field(default=64, metadata={"help": "LoRA rank"})
+    lora_alpha: int = field(default=128, metadata={"help": "LoRA alpha"})
+    lora_from_layer: int = field(default=0, metadata={"help": "first decoder layer with adapters"})
+    bf16: bool = field(default=False, metadata={"help": "bf16 (only where the CPU has bf16 instructions, or a GPU)"})
+    holdout_games: int = field(default=4, metadata={"help": "games held out for constrained accuracy"})
+    eval_turns: int = field(default=60, metadata={"help": "held-out turns decoded under the grammar"})
+    seed: int = field(default=0, metadata={"help": "seed"})
+    threads: int = field(default=2, metadata={"help": "torch threads"})
+    save_steps: int = field(default=50, metadata={"help": "checkpoint every N steps (resumable)"})
 
 
-def action_of(completion: str) -> str:
-    start = completion.find("<action>")
-    end = completion.find("</action>")
-    return completion[start + len("<action>"):end] if 0 <= start < end else ""
+def episodes_of(rows: list[dict]) -> list[dict]:
+    """Group per-turn rows (in file order) into sequences: ``{"text", "spans", "game", "mode"}``.
 
-
-def upsampled(rows: list[dict], factors: dict, seed: int = 0) -> list[dict]:
-    """Each row repeated by the factor of the first action prefix it starts with (1 if none), shuffled."""
-    out = []
+    A row continues the current sequence when its prompt extends the sequence so far; otherwise (another game, or a
+    transcript the renderer had to shorten) it starts a new one."""
+    seqs: list[dict] = []
     for r in rows:
-        act = action_of(r["completion"])
-        out += [r] * next((k for p, k in factors.items() if act.startswith(p)), 1)
-    random.Random(seed).shuffle(out)
-    return out
+        cur = seqs[-1] if seqs else None
+        full = r["prompt"] + r["completion"]
+        span = (len(r["prompt"]), len(full))
+        if cur and cur["game"] == r["game"] and cur["mode"] == r["mode"] and r["prompt"].startswith(cur["text"]):
+            cur["text"] = full
+            cur["spans"].append(span)
+        else:
+            seqs.append({"text": full, "spans": [span], "game": r["game"], "mode": r["mode"]})
+    return seqs
+
+
+def tokenize_episode(tok, ep: dict, max_length: int, lm: bool = False) -> dict:
+    """input_ids and completion_mask (1 on tokens inside a completion span; every token with ``lm``)."""
+    enc = tok(ep["text"], add_special_tokens=False, return_offsets_mapping=True)
+    ids, offsets = enc["input_ids"][:max_length], enc["offset_mapping"][:max_length]
+    mask, j, spans = [], 0, ep["spans"]
+    for s, e in offsets:
+        while j < len(spans) and spans[j][1] <= s:
+            j += 1
+        mask.append(1 if lm or (j < len(spans) and spans[j][0] <= s and e <= spans[j][1]) else 0)
+    return {"input_ids": ids, "completion_mask": mask}
 
 
 def load_rows(cfg: SFTRunConfig) -> tuple[list[dict], list[dict]]:
+    """(train rows, held-out rows): the last ``holdout_games`` games of each mode are held out; a share of the
+    other games' episodes is kept per mode."""
     rnd = random.Random(cfg.seed)
     train, held = [], []
     for mode, share in cfg.modes.items():
@@ -86,33 +103,40 @@ def load_rows(cfg: SFTRunConfig) -> tuple[list[dict], list[dict]]:
         rows = [json.loads(line) for line in path.read_text().splitlines()]
         games = sorted({r["game"] for r in rows})
         held_games = set(games[-cfg.holdout_games:]) if len(games) > cfg.holdout_games else set()
+        kept = {g for g in games if g not in held_games and rnd.random() < share}
         for r in rows:
             if r["game"] in held_games:
                 held.append(r)
-            elif rnd.random() < share:
+            elif r["game"] in kept:
                 train.append(r)
     return train, held
 
 
-def _trainer(cfg: SFTRunConfig, model, tok, rows: list[dict], out: Path, steps: int, completion_only: bool):
-    from datasets import Dataset
+def _trainer(cfg: SFTRunConfig, model, tok, data, out: Path, steps: int, peft_config=None):
     from trl import SFTConfig, SFTTrainer
 
-    if completion_only:
-        data = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
-    else:
-        data = Dataset.from_list([{"text": r["prompt"] + r["completion"]} for r in rows])
-    args = SFTConfig(output_dir=str(out), max_steps=steps, learning_rate=cfg.lr, per_device_train_batch_size=cfg.batch,
-                     gradient_accumulation_steps=cfg.grad_accum, max_length=cfg.max_length, warmup_steps=cfg.warmup,
-                     lr_scheduler_type="cosine", logging_steps=10, save_steps=max(50, steps // 4),
-                     save_total_limit=1, report_to=[], use_cpu=not cfg.bf16, bf16=cfg.bf16,
-                     gradient_checkpointing=False, completion_only_loss=completion_only, seed=cfg.seed,
-                     dataloader_num_workers=0, dataset_num_proc=1, packing=False, loss_type="nll")
-    return SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tok)
+    args = SFTConfig(output_dir=str(out), max_steps=steps, learning_rate=cfg.lr, per_device_train_batch_size=1,
+                     gradient_accumulation_steps=cfg.batch, max_length=cfg.max_length, warmup_steps=cfg.warmup,
+                     lr_scheduler_type="cosine", logging_steps=5, save_steps=cfg.save_steps, save_total_limit=1,
+                     report_to=[], use_cpu=not _has_gpu(), bf16=cfg.bf16, gradient_checkpointing=False,
+                     completion_only_loss=True, seed=cfg.seed, dataloader_num_workers=0, dataset_num_proc=1,
+                     packing=False, loss_type="nll")
+    return SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tok, peft_config=peft_config)
+
+
+def _has_gpu() -> bool:
+    import torch
+    return torch.cuda.is_available()
+
+
+def _last_checkpoint(folder: Path) -> str | None:
+    ckpts = sorted(folder.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1])) if folder.exists() else []
+    return str(ckpts[-1]) if ckpts else None
 
 
 def run(cfg: SFTRunConfig) -> dict:
     import torch
+    from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.set_num_threads(cfg.threads)
@@ -120,38 +144,48 @@ def run(cfg: SFTRunConfig) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     tok = AutoTokenizer.from_pretrained(cfg.base)
-    model = AutoModelForCausalLM.from_pretrained(cfg.base, dtype=torch.bfloat16 if cfg.bf16 else torch.float32)
+    # bf16 on a GPU: bf16 weights; on a CPU with bf16 instructions: fp32 weights under bf16 autocast (measured
+    # 1.4x faster than fp32 on an AVX512-BF16 host; emulated bf16 is ~10x slower: check the flags first)
+    model = AutoModelForCausalLM.from_pretrained(cfg.base, dtype=torch.bfloat16 if cfg.bf16 and _has_gpu()
+                                                 else torch.float32)
+    peft_config = None
     if cfg.lora:
-        from peft import LoraConfig, get_peft_model
-        model = get_peft_model(model, LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, target_modules="all-linear",
-                                                 task_type="CAUSAL_LM"))
-    train, held = load_rows(cfg)
+        from peft import LoraConfig
+        n_layers = model.config.num_hidden_layers
+        peft_config = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, target_modules=list(LORA_TARGETS),
+                                 layers_to_transform=list(range(cfg.lora_from_layer, n_layers)),
+                                 task_type="CAUSAL_LM")
+    train_rows, held = load_rows(cfg)
+    eps = episodes_of(train_rows)
+    random.Random(cfg.seed).shuffle(eps)
+    tokens = [tokenize_episode(tok, e, cfg.max_length) for e in eps]
+    data = Dataset.from_list(tokens)
+    n_tok = sum(len(t["input_ids"]) for t in tokens)
+    n_loss = sum(sum(t["completion_mask"]) for t in tokens)
     logs = []
     if cfg.lm_steps:
-        t = _trainer(cfg, model, tok, train, out / "lm", cfg.lm_steps, completion_only=False)
+        lm_data = Dataset.from_list([tokenize_episode(tok, e, cfg.max_length, lm=True) for e in eps])
+        t = _trainer(cfg, model, tok, lm_data, out / "lm", cfg.lm_steps)
         t.train()
         logs += [{"stage": "lm", **h} for h in t.state.log_history]
-    if cfg.max_steps:
-        t = _trainer(cfg, model, tok, train, out / "ckpt", cfg.max_steps, completion_only=True)
-        t.train()
-        logs += [{"stage": "sft", **h} for h in t.state.log_history]
         model = t.model
-    if cfg.focus_steps:
-        focus_cfg = SFTRunConfig(**{**asdict(cfg), "lr": cfg.focus_lr})
-        t = _trainer(focus_cfg, model, tok, upsampled(train, cfg.focus_upsample, cfg.seed), out / "focus",
-                     cfg.focus_steps, completion_only=True)
-        t.train()
-        logs += [{"stage": "focus", **h} for h in t.state.log_history]
-        model = t.model
+    t = _trainer(cfg, model, tok, data, out / "ckpt", cfg.max_steps, peft_config)
+    t.train(resume_from_checkpoint=_last_checkpoint(out / "ckpt"))
+    logs += [{"stage": "sft", **h} for h in t.state.log_history]
+    model = t.model
+    train_s = round(time.perf_counter() - started, 1)
     if cfg.lora:
         model.save_pretrained(out / "adapter")
+        tok.save_pretrained(out / "adapter")
         model = model.merge_and_unload()
     model.save_pretrained(out / "model", safe_serialization=True)
     tok.save_pretrained(out / "model")
     from training.constrained_eval import constrained_accuracy
     acc = constrained_accuracy(model, tok, held, cfg.eval_turns, seed=cfg.seed)
-    report = {"config": asdict(cfg), "train_rows": len(train), "heldout_rows": len(held),
-              "seconds": round(time.perf_counter() - started, 1), "constrained_eval": acc, "log": logs}
+    report = {"config": asdict(cfg), "train_episodes": len(eps), "train_turns": len(train_rows),
+              "train_tokens_per_epoch": n_tok, "loss_tokens_per_epoch": n_loss, "heldout_turns": len(held),
+              "train_seconds": train_s, "seconds": round(time.perf_counter() - started, 1),
+              "constrained_eval": acc, "log": logs}
     (out / "sft_report.json").write_text(json.dumps(report, indent=1))
     from training.plots import plot_sft
     plot_sft(logs, out / "sft_loss.png")
@@ -159,28 +193,27 @@ def run(cfg: SFTRunConfig) -> dict:
     return report
 
 
+def parse_args(argv: list[str] | None = None) -> SFTRunConfig:
+    """The CLI is built from ``SFTRunConfig``'s fields (``--max-steps`` for ``max_steps``; booleans as flags)."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    for f in fields(SFTRunConfig):
+        if f.name == "modes":
+            ap.add_argument("--modes", type=json.loads, default=None, help=f.metadata["help"] + " (JSON)")
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        default = f.default
+        if isinstance(default, bool):
+            ap.add_argument(flag, action="store_true", help=f.metadata["help"])
+        else:
+            ap.add_argument(flag, type=type(default), default=default, help=f.metadata["help"])
+    ns = vars(ap.parse_args(argv))
+    if ns["modes"] is None:
+        ns.pop("modes")
+    return SFTRunConfig(**ns)
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="SFT on teacher data (TRL SFTTrainer, completion-only loss).")
-    ap.add_argument("--base", required=True)
-    ap.add_argument("--data", default="data/teacher")
-    ap.add_argument("--out", default="runs/sft")
-    ap.add_argument("--max-steps", type=int, default=600)
-    ap.add_argument("--lm-steps", type=int, default=0)
-    ap.add_argument("--lr", type=float, default=2e-3)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--max-length", type=int, default=640)
-    ap.add_argument("--lora", action="store_true")
-    ap.add_argument("--bf16", action="store_true")
-    ap.add_argument("--eval-turns", type=int, default=60)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--focus-steps", type=int, default=0, help="extra steps with decision turns upsampled "
-                    "(FOCUS_UPSAMPLE); with --max-steps 0 --lm-steps 0 only this stage runs (resume a checkpoint)")
-    ap.add_argument("--focus-lr", type=float, default=1e-3)
-    args = ap.parse_args(argv)
-    run(SFTRunConfig(base=args.base, data=args.data, out=args.out, max_steps=args.max_steps, lm_steps=args.lm_steps,
-                     lr=args.lr, batch=args.batch, max_length=args.max_length, lora=args.lora, bf16=args.bf16,
-                     eval_turns=args.eval_turns, threads=args.threads, focus_steps=args.focus_steps,
-                     focus_lr=args.focus_lr))
+    run(parse_args(argv))
     return 0
 
 

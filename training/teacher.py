@@ -16,8 +16,10 @@ Two stages:
 The Experience bank evolves during rendering exactly as in the service: each window of ``window`` finished episodes
 is consolidated by ``service.bank.evolver.consolidate`` (evidence from ``service.sessions.evidence_of``).
 
-Output, per mode: ``<out>/<mode>.jsonl`` rows ``{"prompt", "completion", "mode", "kind", "verb", "game"}`` where
-``completion = format_response(think, action) + "<|im_end|>"``; ``<out>/stats.json`` has the harness share.
+Output, per mode: ``<out>/<mode>.jsonl`` rows ``{"prompt", "completion", "mode", "kind", "verb", "game", "admissible",
+"verbs"}`` (one per turn, in episode order) where ``completion = format_response(think, action) + "<|im_end|>"``.
+Prompts are the episode so far (``service.policy.render``), so each turn's prompt extends the previous turn's prompt
+and completion: ``training.sft`` trains a whole episode as one sequence. ``<out>/stats.json`` has the harness share.
 """
 
 from __future__ import annotations
@@ -31,14 +33,14 @@ from pathlib import Path
 from service.bank.evolver import consolidate, new_bank
 from service.domains import get_domain
 from service.harness import new_state, observe
+from service.harness.state import MODES
 from service.policy.parse import parse
 from service.policy.turns import apply_decision, prepare_turn
-from service.policy.wire import format_response
+from service.policy.wire import IM_END, format_response
 from service.sessions import evidence_of
 from training.teacher_rules import RuleState, env_think, harness_calls, observe_rules
 
-IM_END = "<|im_end|>"
-MODES = ("inline", "always_on", "env_only")
+RAW_NAMES = {"handcoded": "expert", "walkthrough": "walkthrough", "search": "search"}  # raw trajectory file prefix
 
 
 @dataclass
@@ -53,7 +55,8 @@ class TeacherConfig:
     harness_cap: int = 3              # harness calls allowed per step (as the service default)
     keep_lost: bool = False           # keep trajectories the expert did not win
     games_dir: str | None = None      # play every finished game folder under this path instead of a split
-    expert: str = "handcoded"         # "handcoded" (planner fallback) or "walkthrough" (stored planner plan)
+    expert: str = "search"            # "search" (training.search_expert: acts from Belief), "handcoded" (alfworld's,
+                                      # planner fallback) or "walkthrough" (stored planner plan)
     merge_walkthrough: bool = True    # fill games the handcoded expert has not played with walkthrough replays
     render_only: bool = False         # skip collection; render what is on disk
     shard: str | None = None          # "i/k": collect every k-th game from i (for parallel collectors)
@@ -103,7 +106,31 @@ def collect_walkthrough(games, max_env_steps: int = 50):
         env.close()
 
 
-def _play(env, game, plan: list[str] | None = None) -> dict:
+def collect_search(games, max_env_steps: int = 50):
+    """Play each game with ``training.search_expert.SearchExpert``, which reads only the Belief that perception
+    builds from the observations so far (so its choices are predictable from the prompt)."""
+    from service.domains import get_domain
+    from training.envs.alfworld.env import AlfWorldEnv
+    from training.search_expert import SearchExpert
+
+    env, expert, domain = AlfWorldEnv(expert_type=None, max_steps=max_env_steps), SearchExpert(), get_domain("alfworld")
+    try:
+        for game in games:
+            seen = {"belief": None}
+
+            def act(st: dict, last_action: str | None, seen: dict = seen) -> str:
+                before = seen["belief"] or domain.initial_belief(st["task_text"])
+                seen["belief"] = domain.perceive(before, st["observation"], last_action)
+                return expert.act(seen["belief"], st["admissible_actions"])
+
+            traj = _play(env, game, act=act)
+            traj["expert"] = "search"
+            yield traj
+    finally:
+        env.close()
+
+
+def _play(env, game, plan: list[str] | None = None, act=None) -> dict:
     st = env.reset(game)
     task = st["task"]
     steps = [{"observation": st["observation"], "admissible": st["admissible_actions"], "won": False}]
@@ -113,6 +140,8 @@ def _play(env, game, plan: list[str] | None = None) -> dict:
             if len(actions) >= len(plan):
                 break
             action = plan[len(actions)]
+        elif act is not None:
+            action = act({**st, "task_text": task}, actions[-1] if actions else None)
         else:
             action = (env.expert_plan or ["look"])[0]
         actions.append(action)
@@ -134,27 +163,32 @@ def render_episode(traj: dict, mode: str, bank: dict, harness_cap: int = 3) -> t
     entries, controls = bank["entries"], bank.get("controls")
     samples = []
 
-    def emit(think: str, action: str, kind: str, verb: str | None):
+    def emit(think: str, action: str, kind: str, verb: str | None, target: str | None = None):
+        """One turn: the sample's completion names ``target`` (the expert's label) when given; the state moves on
+        with ``action`` (what was executed)."""
         nonlocal state
         ti = prepare_turn(state, entries, controls)
-        completion = format_response(think, action)
-        decision = parse(completion, state["admissible"], ti.verbs)  # the teacher obeys the parser too
+        completion = format_response(think, target or action)
+        parse(completion, state["admissible"], ti.verbs)  # the teacher obeys the parser too
         samples.append({"prompt": ti.prompt, "completion": completion + IM_END, "mode": mode, "kind": kind,
-                        "verb": verb, "game": traj["game"]})
-        state, result = apply_decision(state, decision, domain, entries)
+                        "verb": verb, "game": traj["game"], "admissible": state["admissible"], "verbs": ti.verbs})
+        decision = parse(format_response(think, action), state["admissible"], ti.verbs)
+        state, result = apply_decision(state, decision, domain, entries, ti)
         return result
 
+    labels = traj.get("labels")  # DAgger: the expert's label for each state the learner reached
     for i, action in enumerate(traj["actions"]):
+        target = labels[i] if labels else action
         step = traj["steps"][i]
         state = observe(state, domain, step["observation"], step["admissible"], step["won"])
         if mode == "inline":
-            for verb, arg, think in harness_calls(rules, state, entries, action):
+            for verb, arg, think in harness_calls(rules, state, entries, target):
                 if verb not in prepare_turn(state, entries, controls).verbs:
                     break
                 emit(think, f"{verb} [{arg}]", "harness", verb)
         else:
             observe_rules(rules, state)
-        emit(env_think(rules, state), action, "env", None)
+        emit(env_think(rules, state), action, "env", None, target)
     last = traj["steps"][-1]
     state = observe(state, domain, last["observation"], last["admissible"], last["won"])
     return samples, evidence_of(state, bool(last["won"]))
@@ -196,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--window", type=int, default=8)
     ap.add_argument("--games-dir", default=None, help="use the game folders under this path (e.g. a split being "
                     "generated)")
-    ap.add_argument("--expert", default="handcoded", choices=("handcoded", "walkthrough"))
+    ap.add_argument("--expert", default="search", choices=tuple(RAW_NAMES))
     ap.add_argument("--render-only", action="store_true")
     ap.add_argument("--planner-fallback", action="store_true", help="replay games the handcoded expert lost with "
                     "the planner (slow on some pick-two games)")
@@ -215,12 +249,11 @@ def run(cfg: TeacherConfig) -> dict:
 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    raw_path = out / f"expert-{cfg.split}.jsonl"
     started = time.perf_counter()
+    raw_name = RAW_NAMES[cfg.expert]
+    shard = "." + cfg.shard.replace("/", "of") if cfg.shard else ""
+    raw_path = out / f"{raw_name}-{cfg.split}{shard}.jsonl"
     trajs = [json.loads(line) for line in raw_path.read_text().splitlines()] if raw_path.exists() else []
-    if cfg.expert == "walkthrough":
-        raw_path = out / f"walkthrough-{cfg.split}{'.' + cfg.shard.replace('/', 'of') if cfg.shard else ''}.jsonl"
-        trajs = [json.loads(line) for line in raw_path.read_text().splitlines()] if raw_path.exists() else []
     done = {t["game"] for t in trajs}
     if cfg.games_dir:
         from training.envs.alfworld.paths import list_games
@@ -235,22 +268,32 @@ def run(cfg: TeacherConfig) -> dict:
     with raw_path.open("a") as f:  # incremental: games already collected are skipped
         if cfg.expert == "walkthrough":
             trajs_in = collect_walkthrough(todo, cfg.max_env_steps)
+        elif cfg.expert == "search":
+            trajs_in = collect_search(todo, cfg.max_env_steps)
         else:
             trajs_in = collect(todo, cfg.max_env_steps, cfg.planner_fallback)
         for traj in trajs_in if not cfg.render_only else []:
             f.write(json.dumps(traj) + "\n")
             f.flush()
             trajs.append(traj)
+    if cfg.shard:
+        return {"collected": len(trajs), "file": str(raw_path)}   # a collector shard: render once all are in
+    # every shard file of this expert (a sharded collection renders with --render-only afterwards)
+    files = sorted(out.glob(f"{raw_name}-{cfg.split}*.jsonl")) + sorted(out.glob(f"dagger-{cfg.split}*.jsonl"))
+    trajs = list({(t["game"], t["expert"], t.get("round")): t
+                  for f in files for t in map(json.loads, f.read_text().splitlines())}.values())
+    trajs.sort(key=lambda t: (t["game"], t.get("round") or 0))
     walk_files = sorted(out.glob(f"walkthrough-{cfg.split}*.jsonl"))
-    if cfg.merge_walkthrough and cfg.expert != "walkthrough" and walk_files:
+    if cfg.merge_walkthrough and cfg.expert == "handcoded" and walk_files:
         have = {t["game"] for t in trajs if t["won"]}
         walk = [json.loads(line) for f in walk_files for line in f.read_text().splitlines()]
         walk = list({t["game"]: t for t in walk}.values())
         trajs = [t for t in trajs if t["won"]] + [t for t in walk if t["game"] not in have]
         trajs.sort(key=lambda t: t["game"])
-    kept = [t for t in trajs if t["won"] or cfg.keep_lost]
+    kept = [t for t in trajs if t["won"] or cfg.keep_lost or "labels" in t]  # DAgger episodes teach recovery
     stats = {"games": len(trajs), "won_by_expert": sum(t["won"] for t in trajs),
-             "experts": {e: sum(t["expert"] == e for t in trajs) for e in ("handcoded", "planner", "walkthrough")},
+             "experts": {e: sum(t["expert"] == e for t in trajs)
+                         for e in ("search", "dagger", "handcoded", "planner", "walkthrough")},
              "modes": {}}
     for mode in MODES:
         samples, bank = render_mode(kept, mode, cfg.window, cfg.harness_cap)

@@ -85,6 +85,7 @@ def observe(
         if done_texts:
             s["progress"] = _mark_progress(s["progress"], done_texts)
     s["observation"] = observation
+    s["observation_shown"] = False
     s["admissible"] = list(admissible) if admissible is not None else None
     s["step_harness_calls"] = 0
     if won is not None:

@@ -34,6 +34,7 @@ def new_state(
     harness_cap: int = DEFAULT_HARNESS_CAP,
     max_steps: int | None = None,
     history_window: int = DEFAULT_HISTORY_WINDOW,
+    transcript_chars: int | None = None,
     metadata: dict[str, Any] | None = None,
 ) -> dict:
     if mode not in MODES:
@@ -57,6 +58,9 @@ def new_state(
         "notes": [],
         "recalled": [],
         "history": [],
+        "transcript": [],           # the episode as chat messages (service.policy.render); the prompt is built from it
+        "observation_shown": False,  # whether the transcript already holds the newest observation
+        "transcript_chars": transcript_chars,  # bound on the transcript (None: the renderer's default)
         "history_window": history_window,
         "observation": None,
         "admissible": None,

@@ -16,7 +16,7 @@ from service.harness.ops import HarnessError, remaining_budget
 from service.policy.engines.base import Engine, GenerationRequest
 from service.policy.grammar import max_tokens_for, response_regex
 from service.policy.parse import Decision, ParseError, parse
-from service.policy.render import render_prompt, view_of
+from service.policy.render import append_turn, harness_result_message, pending_messages, render_prompt
 
 
 class PolicyOutputError(RuntimeError):
@@ -75,6 +75,7 @@ class TurnInput:
     verbs: list[str]
     regex: str
     max_tokens: int
+    pending: list[dict] = field(default_factory=list)  # messages this turn adds to the transcript before its response
 
 
 def check_can_step(state: dict) -> None:
@@ -91,20 +92,28 @@ def prepare_turn(state: dict, bank_entries: dict, bank_controls: dict | None, ex
     panel = []
     if state["mode"] == "always_on" and state["modules"]["experience"]:
         panel = top_k_entries(bank_entries, state["task"], experience_k)
+    pending = pending_messages(state, panel)
     return TurnInput(
-        prompt=render_prompt(view_of(state, verbs, panel)),
+        prompt=render_prompt(state, pending),
         verbs=verbs,
         regex=response_regex(state["admissible"], verbs),
         max_tokens=max_tokens_for(state["admissible"], verbs),
+        pending=pending,
     )
 
 
-def apply_decision(state: dict, decision: Decision, domain: Domain, bank_entries: dict,
+def apply_decision(state: dict, decision: Decision, domain: Domain, bank_entries: dict, turn: TurnInput,
                    experience_k: int = 3) -> tuple[dict, str | None]:
-    """Apply a parsed decision: a harness verb (returns its result) or the env action (result None)."""
+    """Apply a parsed decision of `turn`: a harness verb (returns its result) or the env action (result None).
+
+    The transcript grows by the turn's pending messages, the response and (harness) the result, so the next
+    prompt extends this one."""
     if decision.kind == "harness":
-        return apply_verb(state, domain, decision.verb, decision.arg, bank_entries, recall_k=experience_k)
-    return apply_env_action(state, decision.action), None
+        s, result = apply_verb(state, domain, decision.verb, decision.arg, bank_entries, recall_k=experience_k)
+        return append_turn(s, turn.pending, decision.reason, decision.action,
+                           harness_result_message(decision.verb, decision.arg, result)), result
+    s = apply_env_action(state, decision.action)
+    return append_turn(s, turn.pending, decision.reason, decision.action, None), None
 
 
 async def run_step(
@@ -137,7 +146,7 @@ async def run_step(
         phash = hashlib.sha256(ti.prompt.encode()).hexdigest()[:16]
         common = dict(prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens,
                       seconds=gen.seconds, model=gen.model, prompt_hash=phash, raw=gen.text)
-        s, result = apply_decision(s, d, domain, entries, sampling.experience_k)
+        s, result = apply_decision(s, d, domain, entries, ti, sampling.experience_k)
         turns.append(Turn(d.kind, d.verb, d.action if d.kind == "env" else d.arg, d.reason, result, s, **common))
         if d.kind == "env":
             return StepOutcome(action=d.action, turns=turns, invalid_outputs=invalid, prompts=prompts)

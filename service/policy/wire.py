@@ -15,3 +15,6 @@ def format_response(reason: str, action: str) -> str:
 
 def format_verb(verb: str, arg: str) -> str:
     return f"{verb} [{arg}]"
+
+# ChatML, the chat wire of every model we serve (SmolLM2 and Qwen3 templates alike)
+IM_START, IM_END = "<|im_start|>", "<|im_end|>"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from service.domains import get_domain
 from service.harness import new_state, observe
 from service.policy.turns import prepare_turn
-from training.evaluate import panel_text
+from training.evaluate import newest_user_message, panel_text
 
 OBS = "You arrive at countertop 1. On the countertop 1, you see a apple 1, and a mug 1."
 ADM = ["take apple 1 from countertop 1", "go to fridge 1", "look"]
@@ -20,14 +20,16 @@ def _prompt(mode: str) -> str:
 
 
 def test_always_on_prompts_carry_panels_that_count_as_harness_tokens():
-    panels = panel_text(_prompt("always_on"))
+    message = newest_user_message(_prompt("always_on"))
+    assert message.startswith("Task: put a cool apple in fridge\n" + OBS)
+    panels = panel_text(message)
     assert panels.startswith("Belief: ") and "apple 1" in panels
     assert OBS not in panels and "Admissible" not in panels
 
 
 def test_inline_and_env_only_prompts_carry_no_panel_before_any_harness_call():
-    assert panel_text(_prompt("inline")) == ""
-    assert panel_text(_prompt("env_only")) == ""
+    assert panel_text(newest_user_message(_prompt("inline"))) == ""
+    assert panel_text(newest_user_message(_prompt("env_only"))) == ""
 
 
 def test_concurrent_episodes_report_every_game_in_order_with_its_own_harness_record(tmp_path):
@@ -43,7 +45,7 @@ def test_concurrent_episodes_report_every_game_in_order_with_its_own_harness_rec
 
     model = Path(__file__).resolve().parents[2] / "models" / "default-policy"
     assert main(["--model", str(model), "--split", "fixtures", "--n", "3", "--mode", "inline", "--max-steps", "4",
-                 "--window", "3", "--concurrency", "3", "--kv-cache-gib", "0.1", "--out", str(tmp_path)]) == 0
+                 "--window", "3", "--concurrency", "3", "--kv-cache-gib", "0.1", "--eager", "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "eval.json").read_text())
     episodes = report["episodes"]["fixtures/inline"]
     assert report["concurrency"] == 3

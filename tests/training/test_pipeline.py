@@ -19,7 +19,7 @@ def test_every_stage_command_parses_in_its_module(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(pipeline, "sh", lambda *args: calls.append(args))
     cfg = pipeline.PipelineConfig(work=str(tmp_path / "work"), teacher_out=str(tmp_path / "teacher"),
-                                  out=str(tmp_path / "policy"))
+                                  out=str(tmp_path / "policy"), base="micro", grpo_updates=2)
     pipeline.run(cfg, force=True)
     modules = [c[0] for c in calls]
     assert modules[:3] == ["training.envs.alfworld.generate"] * 3
@@ -39,8 +39,21 @@ def test_every_stage_command_parses_in_its_module(tmp_path, monkeypatch):
             importlib.import_module(module).main(list(args))
         seen.setdefault(module, []).append(vars(parsed.value.namespace))
     sft = seen["training.sft"][0]
-    assert (sft["lm_steps"], sft["max_steps"], sft["focus_steps"]) == (cfg.lm_steps, cfg.sft_steps, cfg.focus_steps)
+    assert (sft["lm_steps"], sft["max_steps"]) == (cfg.lm_steps, cfg.sft_steps)
     assert seen["training.grpo"][0]["div_anneal_updates"] == cfg.grpo_div_anneal
     assert seen["training.export"][0]["temperature"] == cfg.eval_temperature
     assert all(e["n"] is None and e["max_steps"] == cfg.eval_max_steps for e in seen["training.evaluate"])
     assert seen["training.card"][0]["remarks"] == cfg.remarks     # the committed remarks file exists
+
+
+def test_pretrained_recipe_trains_lora_and_ships_the_adapter(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(pipeline, "sh", lambda *args: calls.append(args))
+    cfg = pipeline.PipelineConfig(work=str(tmp_path / "work"), teacher_out=str(tmp_path / "teacher"),
+                                  out=str(tmp_path / "policy"), stages=["sft", "export"])
+    pipeline.run(cfg, force=True)
+    (sft,) = [c for c in calls if c[0] == "training.sft"]
+    (export,) = [c for c in calls if c[0] == "training.export"]
+    assert "--lora" in sft and sft[sft.index("--lora-from-layer") + 1] == str(cfg.lora_from_layer)
+    assert export[export.index("--base-name") + 1] == cfg.base
+    assert "training.model_init" not in [c[0] for c in calls]

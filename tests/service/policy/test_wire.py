@@ -8,7 +8,8 @@ from service.domains import get_domain
 from service.harness import new_state, observe
 from service.policy.grammar import escape, max_tokens_for, response_regex
 from service.policy.parse import ParseError, parse
-from service.policy.render import render_prompt, view_of
+from service.policy.render import MAX_TRANSCRIPT_CHARS
+from service.policy.turns import apply_decision, prepare_turn
 from service.policy.wire import format_response
 
 ADM = ["go to desk 1", "take pen 2 from desk (1)", "put a.b* in c?d|e [x]"]
@@ -60,16 +61,41 @@ def test_max_tokens_bounds_the_longest_valid_output():
     assert max_tokens_for(ADM, verbs) >= len(longest) + 1
 
 
-def test_prompt_shows_only_allowed_verbs_and_the_last_harness_result():
+def test_prompt_is_the_episode_so_far_and_grows_by_appending():
     dom = get_domain("generic")
     s = new_state(task="find pen", domain="generic", mode="inline", bank="b", initial_belief=dom.initial_belief(""))
     s = observe(s, dom, "You see a desk 1.", ["go to desk 1"])
-    p = render_prompt(view_of(s, ["track"]))
-    assert "track [x]" in p and "recall [" not in p
-    assert p.startswith("<|im_start|>system\n") and p.endswith("<|im_start|>assistant\n")
-    assert "Admissible: go to desk 1" in p and "Harness:" not in p
-    s2 = {**s, "step_harness_calls": 1, "last_result": {"verb": "track", "arg": "pen", "result": "no belief about pen"}}
-    assert "Harness: track [pen] -> no belief about pen" in render_prompt(view_of(s2, []))
+    t1 = prepare_turn(s, {}, None)
+    assert "track [x]" in t1.prompt and "recall [query]" in t1.prompt
+    assert t1.prompt.startswith("<|im_start|>system\n") and t1.prompt.endswith("<|im_start|>assistant\n")
+    assert "Task: find pen\nYou see a desk 1.\nAdmissible: go to desk 1<|im_end|>" in t1.prompt
+    r1 = format_response("look for it", "track [pen]")
+    s, result = apply_decision(s, parse(r1, s["admissible"], t1.verbs), dom, {}, t1)
+    t2 = prepare_turn(s, {}, None)
+    # the next prompt is the previous prompt + its completion + the harness result: a prefix cache serves it
+    assert t2.prompt.startswith(t1.prompt + r1 + "<|im_end|>\n")
+    assert t2.prompt.endswith(f"<|im_start|>user\ntrack [pen] -> {result}<|im_end|>\n<|im_start|>assistant\n")
+    assert t2.pending == []
+    r2 = format_response("go", "go to desk 1")
+    s, _ = apply_decision(s, parse(r2, s["admissible"], t2.verbs), dom, {}, t2)
+    s = observe(s, dom, "You arrive at desk 1.", ["take pen 1 from desk 1"])
+    t3 = prepare_turn(s, {}, None)
+    assert t3.prompt.startswith(t2.prompt + r2 + "<|im_end|>\n")
+    assert "Task:" not in t3.prompt[len(t2.prompt):]   # the task is shown once
+
+
+def test_alfworld_prompts_omit_the_admissible_list_and_the_transcript_is_bounded():
+    dom = get_domain("alfworld")
+    task = "put a pen in drawer"
+    s = new_state(task=task, domain="alfworld", mode="env_only", bank="b", initial_belief=dom.initial_belief(task))
+    obs = "You arrive at desk 1. On the desk 1, you see a pen 1." + " x" * 200
+    for i in range(100):
+        s = observe(s, dom, obs, ["go to desk 1", "look"])
+        ti = prepare_turn(s, {}, None)
+        assert "Admissible:" not in ti.prompt
+        s, _ = apply_decision(s, parse(format_response("r", "look"), s["admissible"], ti.verbs), dom, {}, ti)
+    assert sum(len(m["content"]) for m in s["transcript"]) <= MAX_TRANSCRIPT_CHARS
+    assert s["transcript"][0]["content"].startswith("Task: put a pen in drawer")
 
 
 def test_verb_arguments_are_never_blank():

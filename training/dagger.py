@@ -1,0 +1,123 @@
+"""DAgger: the trained policy plays train games; the search expert labels every state the policy reaches.
+
+    CPU:  python -m training.dagger --model runs/policy/sft-export --games data/alfworld/train --n 200 \
+              --out data/teacher --round 1
+
+The policy plays through the service's runtime and the vLLM engine exactly as in evaluation (inline mode, greedy,
+``--concurrency`` episodes at once). At each environment step, ``training.search_expert.SearchExpert`` reads the
+Belief that perception built from the same observations and names the action it would take. The trajectory
+(observations, the policy's executed actions, the expert's labels) goes to ``<out>/dagger-train.r<round>.jsonl``;
+``training.teacher --render-only`` then renders it with the other trajectories: the prompt follows what the policy
+did, the completion is the expert's label. Where they differ, the episode's sequence ends at that turn and the next
+turn starts a new sequence (``training.sft.episodes_of``), so the policy learns to recover from its own mistakes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+from training.evaluate import RecordingPolicy
+
+
+class LabelingPolicy(RecordingPolicy):
+    """RecordingPolicy that also keeps, per episode, every observation with the expert's label for it."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        from service.domains import get_domain
+        from training.search_expert import SearchExpert
+        self.domain, self.expert = get_domain("alfworld"), SearchExpert()
+        self.traj: dict | None = None
+
+    def fork(self) -> LabelingPolicy:
+        twin = super().fork()
+        twin.traj = None
+        return twin
+
+    def reset(self, task: str, observation: str, admissible: list[str]) -> None:
+        super().reset(task, observation, admissible)
+        self.traj = {"task_text": task, "steps": [], "actions": [], "labels": [], "belief": None}
+
+    def act(self, observation, admissible, won, done):
+        t = self.traj
+        last = t["actions"][-1] if t["actions"] else None
+        t["belief"] = self.domain.perceive(t["belief"] or self.domain.initial_belief(t["task_text"]), observation,
+                                           last)
+        t["steps"].append({"observation": observation, "admissible": list(admissible), "won": bool(won)})
+        if done:
+            out = super().act(observation, admissible, won, done)
+            self.episodes[-1]["dagger"] = {k: v for k, v in t.items() if k != "belief"}
+            return out
+        t["labels"].append(self.expert.act(t["belief"], admissible))
+        action, info = super().act(observation, admissible, won, done)
+        t["actions"].append(action)
+        return action, info
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", required=True, help="policy folder (as served; a policy.json folder works)")
+    ap.add_argument("--games", default="data/alfworld/train")
+    ap.add_argument("--n", type=int, default=200, help="games (the first N of the folder, in order)")
+    ap.add_argument("--skip", type=int, default=0, help="skip the first N games (another round's)")
+    ap.add_argument("--out", default="data/teacher")
+    ap.add_argument("--round", type=int, default=1)
+    ap.add_argument("--max-steps", type=int, default=30, help="env steps per episode (a lost policy loops)")
+    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--kv-cache-gib", type=float, default=1.0)
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--eager", action="store_true")
+    args = ap.parse_args(argv)
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from concurrent.futures import ThreadPoolExecutor
+
+    from transformers import AutoTokenizer
+
+    from service.bank.evolver import new_bank
+    from service.policy.engines.vllm_local import VLLMEngine
+    from service.policy.pretrained import resolve_policy_dir
+    from training.envs.alfworld.paths import list_games
+    from training.evaluate import EpisodeSlots
+
+    games = [g for g in list_games(args.games) if not g.name.startswith(".")][args.skip:args.skip + args.n]
+    model = Path(args.model)
+    tok = AutoTokenizer.from_pretrained(str(resolve_policy_dir(model)))
+    engine = VLLMEngine(model, max_model_len=4096, kv_cache_gib=args.kv_cache_gib, enforce_eager=args.eager,
+                        dtype=args.dtype)
+    bank_path = model / "bank.json"
+    bank = json.loads(bank_path.read_text()) if bank_path.exists() else new_bank()
+    policy = LabelingPolicy(engine, bank=bank,
+                            count_tokens=lambda text: len(tok(text, add_special_tokens=False)["input_ids"]))
+    slots = EpisodeSlots(policy, args.concurrency, args.max_steps)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"dagger-train.r{args.round}.jsonl"
+    started, agree, total, won = time.perf_counter(), 0, 0, 0
+    try:
+        with ThreadPoolExecutor(args.concurrency) as pool, path.open("w") as f:
+            for game, (row, _) in zip(games, pool.map(slots.play, games)):
+                d = row["dagger"]
+                traj = {"game": game.name, "task_text": d["task_text"], "task_type": row["task_type"],
+                        "won": row["won"], "steps": d["steps"], "actions": d["actions"], "labels": d["labels"],
+                        "expert": "dagger", "round": args.round}
+                f.write(json.dumps(traj) + "\n")
+                agree += sum(a == b for a, b in zip(d["actions"], d["labels"]))
+                total += len(d["labels"])
+                won += row["won"]
+    finally:
+        slots.close()
+        policy.close()
+    report = {"games": len(games), "policy_won": won, "steps": total,
+              "agreement": round(agree / max(1, total), 3), "seconds": round(time.perf_counter() - started, 1)}
+    (out / f"dagger-train.r{args.round}.json").write_text(json.dumps(report, indent=1))
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
