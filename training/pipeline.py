@@ -26,9 +26,13 @@ class PipelineConfig:
     train_games: int = 600                # generated train games (the benchmark's train split size)
     work: str = "runs/policy"             # intermediate outputs
     teacher_out: str = "data/teacher"
+    teacher_shards: int = 2               # parallel expert collectors (one per core), then one render pass
     base: str = "smollm2-135m-instruct"   # packaged pretrained base (service.policy.pretrained); or "micro"/"pico"
                                           # ... for a from-scratch toy model (tests)
     sft_steps: int = 150                  # optimizer steps of `sft_batch` whole episodes each
+    sft_modes: dict = field(default_factory=lambda: {"inline": 1.0, "always_on": 0.2, "env_only": 0.0})
+                                          # share of each mode's teacher episodes: inline is what is served;
+                                          # always_on is kept for the harness-token comparison
     lm_steps: int = 0                     # LM stage (loss on every token): only useful for from-scratch toys
     sft_lr: float = 3e-4
     sft_batch: int = 4
@@ -49,6 +53,7 @@ class PipelineConfig:
     eval_max_steps: int = 50
     eval_kv_cache_gib: float = 2.0        # SmolLM2 fp32 keeps ~46 KB per token: 8 episodes of ~4k tokens need ~1.5 GiB
     eval_other_modes: list[str] = field(default_factory=lambda: ["always_on"])  # on valid_unseen, beside inline
+    eval_other_modes_n: int | None = 40   # games for those modes (None: all); inline always plays every game
     eval_temperature: float = 0.0         # 0 = greedy; the serving default must match (EVOHARNESS_TEMPERATURE)
     valid_seen_games: int = 40
     out: str = "models/default-policy"
@@ -73,6 +78,17 @@ def sh(*args: str) -> None:
     subprocess.run([sys.executable, "-m", *args], check=True)
 
 
+def sh_parallel(commands: list[list[str]]) -> None:
+    """Run ``python -m`` commands side by side; fail if any fails."""
+    procs = []
+    for args in commands:
+        print("+", " ".join(args), "&", flush=True)
+        procs.append(subprocess.Popen([sys.executable, "-m", *args]))
+    codes = [p.wait() for p in procs]
+    if any(codes):
+        raise subprocess.CalledProcessError(max(codes), commands[codes.index(max(codes))])
+
+
 def run(cfg: PipelineConfig, force: bool = False) -> None:
     work = Path(cfg.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -83,7 +99,11 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
         sh("training.envs.alfworld.generate", "--split", "valid_seen", "--count", str(cfg.valid_seen_games))
         sh("training.envs.alfworld.generate", "--split", "valid_unseen")
     if "teacher" in cfg.stages and not done(f"{cfg.teacher_out}/inline.jsonl"):
-        sh("training.teacher", "--games-dir", "data/alfworld/train", "--out", cfg.teacher_out)
+        teacher = ["training.teacher", "--games-dir", "data/alfworld/train", "--out", cfg.teacher_out]
+        if cfg.teacher_shards > 1:
+            sh_parallel([[*teacher, "--shard", f"{i}/{cfg.teacher_shards}"] for i in range(cfg.teacher_shards)])
+            teacher.append("--render-only")
+        sh(*teacher)
     pretrained = cfg.base not in SIZES
     if pretrained:
         from service.policy.pretrained import ensure_base
@@ -95,7 +115,7 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
     if "sft" in cfg.stages and not done(work / "sft" / "model"):
         sh("training.sft", "--base", base, "--data", cfg.teacher_out, "--out", str(work / "sft"),
            "--max-steps", str(cfg.sft_steps), "--lm-steps", str(cfg.lm_steps), "--lr", str(cfg.sft_lr),
-           "--batch", str(cfg.sft_batch), "--max-length", str(cfg.sft_max_length), "--threads", str(cfg.threads),
+           "--batch", str(cfg.sft_batch), "--modes", json.dumps(cfg.sft_modes), "--max-length", str(cfg.sft_max_length), "--threads", str(cfg.threads),
            *(["--lora", "--lora-r", str(cfg.lora_r), "--lora-from-layer", str(cfg.lora_from_layer)]
              if pretrained else []),
            *(["--bf16"] if cfg.bf16_autocast and cpu_has_bf16() else []))
@@ -113,15 +133,16 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
         sh("training.export", "--model", str(final), "--out", cfg.out, "--bank", f"{cfg.teacher_out}/bank.json",
            "--temperature", str(cfg.eval_temperature))  # the policy is served as it was evaluated
     if "eval" in cfg.stages:
-        runs = [("policy", Path(cfg.out), ["valid_seen", "valid_unseen"], ["inline"]),
-                ("policy-modes", Path(cfg.out), ["valid_unseen"], cfg.eval_other_modes)]
+        runs = [("policy", Path(cfg.out), ["valid_seen", "valid_unseen"], ["inline"], cfg.eval_n),
+                ("policy-modes", Path(cfg.out), ["valid_unseen"], cfg.eval_other_modes,
+                 min(filter(None, [cfg.eval_n, cfg.eval_other_modes_n]), default=None))]
         if final != work / "sft" / "model":  # GRPO ran: its SFT checkpoint is the baseline
-            runs.insert(0, ("sft", work / "sft" / "model", ["valid_seen", "valid_unseen"], ["inline"]))
-        for label, model, splits, modes in runs:
-            if not modes:
+            runs.insert(0, ("sft", work / "sft" / "model", ["valid_seen", "valid_unseen"], ["inline"], cfg.eval_n))
+        for label, model, splits, modes, n in runs:
+            if not modes or (work / f"eval-{label}" / "eval.md").exists() and not force:
                 continue
             sh("training.evaluate", "--model", str(model), "--split", *splits,
-               "--mode", *modes, *(["--n", str(cfg.eval_n)] if cfg.eval_n else []),
+               "--mode", *modes, *(["--n", str(n)] if n else []),
                "--max-steps", str(cfg.eval_max_steps), "--bank", f"{cfg.teacher_out}/bank.json",
                "--temperature", str(cfg.eval_temperature), "--kv-cache-gib", str(cfg.eval_kv_cache_gib),
                "--out", str(work / f"eval-{label}"))

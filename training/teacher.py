@@ -5,9 +5,10 @@
 
 Two stages:
 
-1. ``collect``: alfworld's ``handcoded`` expert (it explores like an agent; the ``planner`` is the fallback when the
-   handcoded expert fails a game) plays each game; we keep the raw environment trajectory
-   (task, observation, admissible actions, expert action per step).
+1. ``collect``: an expert plays each game and we keep the raw environment trajectory (task, observation,
+   admissible actions, expert action per step). The default expert is :mod:`training.search_expert`, which acts
+   from the harness Belief alone (so it can also label states a learner reached, see :mod:`training.dagger`);
+   ``--expert handcoded`` uses alfworld's own handcoded expert (planner fallback with ``--planner-fallback``).
 2. ``render``: each trajectory is replayed into a fresh harness state per mode, *only* through
    ``service.harness.observe``, ``service.policy.turns.prepare_turn`` and ``apply_decision`` — the prompts are the
    exact bytes the service sends to its engine. ``inline`` inserts harness verbs by :mod:`training.teacher_rules`;

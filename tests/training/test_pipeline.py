@@ -18,6 +18,7 @@ class _Parsed(Exception):
 def test_every_stage_command_parses_in_its_module(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(pipeline, "sh", lambda *args: calls.append(args))
+    monkeypatch.setattr(pipeline, "sh_parallel", lambda commands: calls.extend(map(tuple, commands)))
     cfg = pipeline.PipelineConfig(work=str(tmp_path / "work"), teacher_out=str(tmp_path / "teacher"),
                                   out=str(tmp_path / "policy"), base="micro", grpo_updates=2)
     pipeline.run(cfg, force=True)
@@ -38,17 +39,24 @@ def test_every_stage_command_parses_in_its_module(tmp_path, monkeypatch):
         with pytest.raises(_Parsed) as parsed:
             importlib.import_module(module).main(list(args))
         seen.setdefault(module, []).append(vars(parsed.value.namespace))
+    teacher = seen["training.teacher"]   # sharded collectors, then one render pass over their files
+    assert [t["shard"] for t in teacher[:-1]] == [f"{i}/{cfg.teacher_shards}" for i in range(cfg.teacher_shards)]
+    assert teacher[-1]["render_only"] and teacher[-1]["shard"] is None
     sft = seen["training.sft"][0]
     assert (sft["lm_steps"], sft["max_steps"]) == (cfg.lm_steps, cfg.sft_steps)
     assert seen["training.grpo"][0]["div_anneal_updates"] == cfg.grpo_div_anneal
     assert seen["training.export"][0]["temperature"] == cfg.eval_temperature
-    assert all(e["n"] is None and e["max_steps"] == cfg.eval_max_steps for e in seen["training.evaluate"])
+    assert all(e["max_steps"] == cfg.eval_max_steps for e in seen["training.evaluate"])
+    ns = {tuple(e["mode"]): e["n"] for e in seen["training.evaluate"]}
+    assert ns[("inline",)] is None and ns[tuple(cfg.eval_other_modes)] == cfg.eval_other_modes_n
+    assert sft["modes"] == cfg.sft_modes
     assert seen["training.card"][0]["remarks"] == cfg.remarks     # the committed remarks file exists
 
 
 def test_pretrained_recipe_trains_lora_and_ships_the_adapter(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(pipeline, "sh", lambda *args: calls.append(args))
+    monkeypatch.setattr(pipeline, "sh_parallel", lambda commands: calls.extend(map(tuple, commands)))
     cfg = pipeline.PipelineConfig(work=str(tmp_path / "work"), teacher_out=str(tmp_path / "teacher"),
                                   out=str(tmp_path / "policy"), stages=["sft", "export"])
     pipeline.run(cfg, force=True)
