@@ -15,7 +15,7 @@ from service import audit as audit_log
 from service import metrics
 from service.api.errors import ApiError, rate_limited
 from service.audit import make_event, patch
-from service.bank.evolver import entity_type
+from service.bank.evidence import evidence_of
 from service.banks import BankService
 from service.domains import get_domain
 from service.harness import new_state, observe
@@ -368,25 +368,3 @@ class SessionService:
                                        ttl=self.settings.session_ttl_s)
             return {"version": v, "controls": c}
 
-
-def evidence_of(state: dict, won: bool) -> dict:
-    """What a finished episode teaches the bank (see service.bank.evolver)."""
-    task_words = set(state["task"].lower().replace(",", " ").split())
-    found = []
-    for name, at in state.get("first_seen", {}).items():
-        obj = entity_type(name)
-        if obj in task_words:
-            pair = [obj, entity_type(at)]
-            if pair not in found:
-                found.append(pair)
-    return {
-        "task": state["task"],
-        "task_type": state["belief"].get("task_type"),
-        "won": won,
-        "notes": state["notes"],
-        "recalled": state["recalled"],
-        "found": found,
-        "plan": [g["text"] for g in state["progress"]["subgoals"]],
-        "steps": state["budget"]["used"],
-        "harness_calls": state["budget"]["harness_calls"],
-    }

@@ -15,7 +15,7 @@ Two stages:
    ``always_on`` and ``env_only`` emit environment actions only (the renderer adds or hides the panels).
 
 The Experience bank evolves during rendering exactly as in the service: each window of ``window`` finished episodes
-is consolidated by ``service.bank.evolver.consolidate`` (evidence from ``service.sessions.evidence_of``).
+is consolidated by ``service.bank.evolver.consolidate`` (evidence from ``service.bank.evidence.evidence_of``).
 
 Output, per mode: ``<out>/<mode>.jsonl`` rows ``{"prompt", "completion", "mode", "kind", "verb", "game", "admissible",
 "verbs"}`` (one per turn, in episode order) where ``completion = format_response(think, action) + "<|im_end|>"``.
@@ -38,7 +38,7 @@ from service.harness.state import MODES
 from service.policy.parse import parse
 from service.policy.turns import apply_decision, prepare_turn
 from service.policy.wire import IM_END, format_response
-from service.sessions import evidence_of
+from service.bank.evidence import evidence_of
 from training.teacher_rules import RuleState, env_think, harness_calls, observe_rules
 
 RAW_NAMES = {"handcoded": "expert", "walkthrough": "walkthrough", "search": "search"}  # raw trajectory file prefix

@@ -49,11 +49,6 @@ def jaccard(a: str, b: str) -> float:
     return len(wa & wb) / len(wa | wb) if wa and wb else 0.0
 
 
-def entity_type(name: str) -> str:
-    """'apple 1' -> 'apple'."""
-    return re.sub(r"\s+\d+$", "", name.strip())
-
-
 class _Bank:
     def __init__(self, state: dict, stamp: int):
         self.s = copy.deepcopy(state)
