@@ -16,11 +16,11 @@ import asyncio
 import copy
 import threading
 
+from service.bank.evidence import evidence_of
 from service.domains import get_domain
 from service.harness import new_state, observe
 from service.policy.engines.base import Engine
 from service.policy.turns import Sampling, StepOutcome, run_step
-from service.bank.evidence import evidence_of
 
 
 class HarnessAgent:

@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from service.bank.evidence import evidence_of
 from service.bank.evolver import consolidate, new_bank
 from service.domains import get_domain
 from service.harness import new_state, observe
@@ -38,7 +39,6 @@ from service.harness.state import MODES
 from service.policy.parse import parse
 from service.policy.turns import apply_decision, prepare_turn
 from service.policy.wire import IM_END, format_response
-from service.bank.evidence import evidence_of
 from training.teacher_rules import RuleState, env_think, harness_calls, observe_rules
 
 RAW_NAMES = {"handcoded": "expert", "walkthrough": "walkthrough", "search": "search"}  # raw trajectory file prefix
