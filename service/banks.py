@@ -5,17 +5,14 @@ from __future__ import annotations
 import copy
 import json
 
-
 from service import audit as audit_log
-from service.audit import make_event
 from service import metrics
-from service.api.errors import ApiError
+from service.audit import make_event
 from service.bank.evolver import CATEGORIES, consolidate, new_bank
 from service.bank.model_evolver import consolidate_with_model
 from service.policy.engines.base import Engine
+from service.problems import ApiError
 from service.store.docs import DocGone, DocStore
-
-
 
 
 def bank_doc(tenant: str, name: str) -> str:

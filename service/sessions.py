@@ -13,7 +13,6 @@ import jsonpatch
 
 from service import audit as audit_log
 from service import metrics
-from service.api.errors import ApiError, rate_limited
 from service.audit import make_event, patch
 from service.bank.evidence import evidence_of
 from service.banks import BankService
@@ -24,6 +23,7 @@ from service.policy.engines.base import Engine, EngineTimeout
 from service.policy.grammar import is_safe_action
 from service.policy.render import transcript_chars_for
 from service.policy.turns import PolicyOutputError, Sampling, run_step
+from service.problems import ApiError, rate_limited
 from service.rate_limit import RateLimiter
 from service.settings import Settings, model_context_len
 from service.store import codec

@@ -11,11 +11,10 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
-from service.api.errors import ApiError, rate_limited
 from service.auth import DEV_KEY, PERMISSIONS, ROLES, ApiKey
-from service.rate_limit import RateLimiter
-
 from service.banks import BankService
+from service.problems import ApiError, rate_limited
+from service.rate_limit import RateLimiter
 from service.sessions import SessionService
 from service.settings import Settings
 

@@ -1,4 +1,5 @@
-"""Errors as RFC 9457 problem+json: {type, title, status, detail, ...extra}.
+"""Errors as RFC 9457 problem+json: {type, title, status, detail, ...extra}. The use-cases raise
+`service.problems.ApiError`; `install` maps it, and the framework's, Redis' and the engine's errors, to responses.
 
 | status | meaning |
 |---|---|
@@ -28,29 +29,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service import metrics
 from service.policy.engines.base import EngineError, EngineTimeout
+from service.problems import ApiError
 
 PROBLEM = "application/problem+json"
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, title: str, detail: str, headers: dict[str, str] | None = None, **extra):
-        super().__init__(detail)
-        self.status, self.title, self.detail, self.extra = status, title, detail, extra
-        self.headers = headers
 
 
 def problem(status: int, title: str, detail: str, headers: dict[str, str] | None = None, **extra) -> JSONResponse:
     metrics.ERRORS.labels(str(status)).inc()
     body = {"type": "about:blank", "title": title, "status": status, "detail": detail, **extra}
     return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
-
-
-def rate_limited(key_id: str, verdict, window_s: float) -> ApiError:
-    """The 429 for a request over its key's rate limit (verdict: service.rate_limit.Verdict)."""
-    return ApiError(429, "Too many requests",
-                    f"key {key_id!r} made over {verdict.limit} requests in {window_s:g} s; "
-                    f"retry in {verdict.retry_after_s} s",
-                    headers={"Retry-After": str(verdict.retry_after_s)}, retry_after=verdict.retry_after_s)
 
 
 def _field(loc) -> str:

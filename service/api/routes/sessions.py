@@ -11,9 +11,9 @@ from pydantic_core import to_json
 
 from service.api.deps import (UNCOUNTED_OPENAPI, CanAudit, CanControlSession, CanCreate, CanDelete, CanEnd,
                               CanReadState, CanStepUncounted, SessionsDep)
-from service.api.errors import ApiError
 from service.api.fast_route import StepRoute
 from service.api.schemas import AuditPage, EndIn, SessionControls, SessionCreate, SessionCreated, StepIn, StepOut
+from service.problems import ApiError
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 SessionId = Annotated[str, "session id"]
