@@ -22,12 +22,11 @@ from pathlib import Path
 
 from service.policy.bootstrap_model import (
     CHAT_TEMPLATE,
-    IM_END,
-    IM_START,
     PAD,
     SPECIAL_TOKENS,
     _corpus,
 )
+from service.policy.wire import IM_END, IM_START
 
 # name -> Qwen3Config fields. Approximate parameter counts with the ~1.2k-token vocabulary the BPE reaches on game
 # text (tied embeddings); nano measured 0.94 M.

@@ -19,7 +19,8 @@ import itertools
 import math
 from dataclasses import dataclass
 
-VERBS = ("track", "commit", "recall", "note")
+from service.harness.state import VERBS
+
 REJECTED = "Nothing happens."
 
 

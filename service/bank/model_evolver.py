@@ -14,7 +14,7 @@ import json
 
 from service.bank.evolver import CATEGORIES, _Bank, _enforce_caps, count_usage
 from service.policy.engines.base import Engine, GenerationRequest
-from service.policy.render import chatml
+from service.policy.wire import chatml
 
 MAX_OPS = 8
 OPS_SCHEMA = {

@@ -25,26 +25,28 @@ import json
 import random
 from pathlib import Path
 
+from service.harness.state import VERBS
+from service.policy.wire import IM_END, IM_START, format_response
+
 PAD = "<|endoftext|>"
-IM_START = "<|im_start|>"
-IM_END = "<|im_end|>"
 SPECIAL_TOKENS = [PAD, IM_START, IM_END]
 
-# ChatML; the assistant content and its end-of-turn token are inside {% generation %} markers.
+# ChatML (service.policy.wire.chatml as a Jinja template); the assistant content and its end-of-turn token are
+# inside {% generation %} markers.
 CHAT_TEMPLATE = (
     "{%- for message in messages -%}"
     "{%- if message['role'] == 'assistant' -%}"
-    "{{ '<|im_start|>assistant\\n' }}"
+    f"{{{{ '{IM_START}assistant\\n' }}}}"
     "{%- generation -%}"
-    "{{ message['content'] }}{{ '<|im_end|>' }}"
+    f"{{{{ message['content'] }}}}{{{{ '{IM_END}' }}}}"
     "{%- endgeneration -%}"
     "{{ '\\n' }}"
     "{%- else -%}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    f"{{{{ '{IM_START}' + message['role'] + '\\n' + message['content'] + '{IM_END}' + '\\n' }}}}"
     "{%- endif -%}"
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}"
-    "{{ '<|im_start|>assistant\\n' }}"
+    f"{{{{ '{IM_START}assistant\\n' }}}}"
     "{%- endif -%}"
 )
 
@@ -115,7 +117,7 @@ def _corpus(seed: int = 0, n_lines: int = 3000) -> list[str]:
         lines.append(f"You are in the middle of a room. Looking quickly around you, you see {seen}.")
         lines.append("Your task is to: " + rnd.choice(_TASKS).format(**fill))
         env = rnd.choice(_ENV_ACTIONS).format(**fill)
-        verb = rnd.choice(["track", "commit", "recall", "note"])
+        verb = rnd.choice(VERBS)
         harness = {
             "track": f"track [{o}]",
             "commit": f"commit [find {o} then put it in {r}]",
@@ -124,11 +126,11 @@ def _corpus(seed: int = 0, n_lines: int = 3000) -> list[str]:
         }[verb]
         act = rnd.choice([env, env, harness])
         thought = rnd.choice(_THOUGHTS).format(**fill)
-        lines.append(f"<think>{thought}</think><action>{act}</action>")
+        lines.append(format_response(thought, act))
         lines.append(f"On the {r} {n}, you see a {o} {m}. {o} {m} @ {r} {n}.")
         lines.append(f"Admissible actions: {env}, go to {rnd.choice(_RECEPTACLES)} {m}, look, inventory")
         lines.append(f"{IM_START}user\nObservation: you arrive at {r} {n}.{IM_END}\n"
-                     f"{IM_START}assistant\n<think>{thought}</think><action>{act}</action>{IM_END}")
+                     f"{IM_START}assistant\n{format_response(thought, act)}{IM_END}")
     return lines
 
 

@@ -6,8 +6,10 @@ import re
 from dataclasses import dataclass
 
 from service.harness.state import VERBS
+from service.policy.wire import ACTION_CLOSE, ACTION_OPEN, THINK_CLOSE, THINK_OPEN, format_response
 
-_RESPONSE = re.compile(r"\s*<think>(?P<think>.*?)</think>\s*<action>(?P<action>.*?)</action>\s*", re.DOTALL)
+_RESPONSE = re.compile(rf"\s*{re.escape(THINK_OPEN)}(?P<think>.*?){re.escape(THINK_CLOSE)}"
+                       rf"\s*{re.escape(ACTION_OPEN)}(?P<action>.*?){re.escape(ACTION_CLOSE)}\s*", re.DOTALL)
 _VERB = re.compile(r"(?P<verb>" + "|".join(VERBS) + r")\s*\[(?P<arg>.*)\]", re.DOTALL)
 
 
@@ -33,7 +35,7 @@ def parse(text: str, admissible: list[str] | None, verbs: list[str]) -> Decision
     """
     m = _RESPONSE.fullmatch(text)
     if m is None:
-        raise ParseError("response is not <think>…</think><action>…</action>")
+        raise ParseError(f"response is not {format_response('…', '…')}")
     reason, action = m["think"].strip(), m["action"].strip()
     if not action:
         raise ParseError("empty action")

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from service.harness.experience import format_entries
 from service.harness.state import VERB_MODULE, VERBS
-from service.policy.wire import IM_END, IM_START, format_response
+from service.policy.wire import chatml, format_response
 
 VERB_HELP = {
     "track": "track [x] reads your belief about x",
@@ -59,7 +59,7 @@ def system_message(state: dict) -> str:
     verbs = session_verbs(state)
     text = (
         "You act in a text environment to complete the task. Answer with "
-        "<think>short reasoning</think><action>one action</action>. "
+        f"{format_response('short reasoning', 'one action')}. "
         "The action is one admissible action"
     )
     if verbs:
@@ -111,11 +111,6 @@ def pending_messages(state: dict, experience_panel: list[dict] | None = None) ->
     if state.get("observation_shown", False) or state["observation"] is None:
         return []
     return [{"role": "user", "content": observation_message(state, experience_panel)}]
-
-
-def chatml(messages: list[dict], add_generation_prompt: bool = True) -> str:
-    out = "".join(f"{IM_START}{m['role']}\n{m['content']}{IM_END}\n" for m in messages)
-    return out + (f"{IM_START}assistant\n" if add_generation_prompt else "")
 
 
 def render_messages(state: dict, pending: list[dict]) -> list[dict]:
