@@ -35,7 +35,6 @@ from service.domains.alfworld_text import (
     parse_observation,
     parse_task,
 )
-from service.domains.base import register
 
 _TREAT_ATTR = {"cool": "cooled", "heat": "heated", "clean": "cleaned"}
 _TRACK_LIMIT = 8
@@ -245,7 +244,6 @@ class _Updater:
                 self.place(o, ev["obj"], "in")
 
 
-@register
 class AlfworldDomain:
     name = "alfworld"
     _parsed = None  # ((observation, action), (parsed action, events)): perceive and progress_events share a parse

@@ -45,20 +45,3 @@ class Domain(Protocol):
     def progress_events(self, belief: dict, observation: str, action: str | None) -> list[str]:
         """Subgoal texts that perception marks complete after this action (may be empty)."""
 
-
-DOMAINS: dict[str, type] = {}
-
-
-def register(cls: type) -> type:
-    DOMAINS[cls.name] = cls
-    return cls
-
-
-def get_domain(name: str) -> Domain:
-    # import for registration side effects
-    from service.domains import alfworld as _a, generic as _g  # noqa: F401
-
-    try:
-        return DOMAINS[name]()
-    except KeyError:
-        raise KeyError(f"unknown domain {name!r}; known: {sorted(DOMAINS)}") from None

@@ -6,12 +6,9 @@ Perception keeps the most recent distinct observation lines as free-text facts;
 
 from __future__ import annotations
 
-from service.domains.base import register
-
 MAX_FACTS = 24
 
 
-@register
 class GenericDomain:
     name = "generic"
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from service.domains import DOMAINS, Domain
 from service.domains.alfworld import AlfworldDomain
 from service.domains.alfworld_text import parse_action, parse_observation, parse_task, split_list
-from service.domains.base import DOMAINS, Domain
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "perception"
 
