@@ -132,7 +132,7 @@ class EpisodeSlots:
 
     def play(self, game) -> tuple[dict, dict]:
         """One episode on a free slot: (driver record + harness extras, the episode's bank evidence)."""
-        from training.envs.alfworld.driver import play_episode
+        from training.envs.alfworld.episode import play_episode
 
         twin, env = self.free.get()
         try:

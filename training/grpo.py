@@ -67,7 +67,7 @@ class GRPORunConfig:
 # ------------------------------------------------------------------------------------------------ rollouts
 def play(policy, env, game, engine) -> dict:
     """One episode; returns the reward inputs plus the per-turn training records."""
-    from training.envs.alfworld.driver import play_episode
+    from training.envs.alfworld.episode import play_episode
 
     engine.records = []
     rec = play_episode(env, policy, game, keep_transcript=True)

@@ -33,7 +33,8 @@ def alf_envs():
 @pytest.fixture(scope="session")
 def expert_results(alf_games, alf_envs):
     """Both experts played on every fixture game once (shared by the expert and driver tests)."""
-    from training.envs.alfworld.driver import ExpertPolicy, play_episode
+    from training.envs.alfworld.episode import play_episode
+    from training.envs.alfworld.policies import ExpertPolicy
 
     out = {}
     for expert in ("planner", "handcoded"):

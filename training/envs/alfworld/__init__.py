@@ -7,7 +7,8 @@ Modules (alfworld/textworld are imported lazily, inside the functions that need 
 * ``splits`` - train / valid_seen / valid_unseen / fixtures
 * ``env`` - :class:`AlfWorldEnv` on the real TextWorld engine with alfworld's wrappers
 * ``patches`` - the two upstream bug fixes and the template memoisation, in one place
-* ``driver``, ``policies``, ``pool`` - play games against a policy (expert, callable, HTTP service), report
+* ``driver``, ``policies``, ``episode``, ``pool`` - play games against a policy (expert, callable, HTTP service),
+  one episode at a time or on a process pool, and report
 
 See docs/alfworld.md.
 """

@@ -9,6 +9,8 @@ from __future__ import annotations
 import multiprocessing
 from pathlib import Path
 
+from .episode import env_for, play_episode
+
 _ENVS: dict = {}
 _MAX_STEPS = 50
 
@@ -19,8 +21,6 @@ def _init(max_steps: int) -> None:
 
 
 def _play(job: tuple[str, object, bool]) -> dict:
-    from .driver import env_for, play_episode
-
     game, policy, keep_transcript = job
     env = env_for(policy, _ENVS, _MAX_STEPS)
     return play_episode(env, policy, Path(game), keep_transcript=keep_transcript)
