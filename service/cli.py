@@ -6,11 +6,10 @@
     evoharness session step SID OBSERVATION [-a ACTION ...] [--done] [--won] [--idempotency-key K] [--if-match V]
     evoharness session state SID [--version K] | audit SID [--after N] [--limit N] [--all] | diff SID FROM TO
     evoharness bank show [NAME] | bank consolidate [NAME]
-    evoharness play [--split fixtures] [--n N] [--mode inline] [--max-steps 50] [--json OUT]
 
 The client commands talk to a running service (--url, default $EVOHARNESS_URL or http://127.0.0.1:8000;
---api-key or $EVOHARNESS_API_KEY) through service.client and print JSON; `play` runs ALFWorld games
-against it (needs the `train` extra).
+--api-key or $EVOHARNESS_API_KEY) through service.client and print JSON. ALFWorld games against a running
+service: `python -m training.envs.alfworld.driver --policy http --url URL --api-key KEY` (the `train` extra).
 
 Without REDIS_URL it starts a private redis-server (data kept in a temp dir for the life of the
 process) and says so. Without --model it serves the shipped default policy, or, if none is
@@ -123,25 +122,6 @@ def client_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def play(args: argparse.Namespace) -> int:
-    """ALFWorld games against a running service (training.envs.alfworld.driver's HTTP policy)."""
-    import json
-
-    os.environ.setdefault("ALFWORLD_DATA", str(Path(__file__).resolve().parent.parent / "data" / "alfworld-home"))
-    from training.envs.alfworld import driver  # lazy: service never imports training otherwise
-
-    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else None
-    policy = driver.HTTPPolicy(args.url, mode=args.mode, bank=args.bank, headers=headers)
-    games = driver.split_games(args.split, args.n)
-    results = driver.play_games(games, policy, max_steps=args.max_steps, workers=1)
-    summary = driver.summarize(results)
-    print(driver.format_table(summary, f"{args.split} / {args.url} / {args.mode} / {len(games)} games"))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"summary": summary, "episodes": results}, indent=1) + "\n")
-    return 0
-
-
 def _add_client_parsers(sub) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--url", default=os.environ.get("EVOHARNESS_URL", "http://127.0.0.1:8000"))
@@ -186,15 +166,6 @@ def _add_client_parsers(sub) -> None:
         b = bank.add_parser(name, parents=[common], help=hlp)
         b.add_argument("name", nargs="?", default="default")
         b.set_defaults(func=client_command)
-
-    pl = sub.add_parser("play", parents=[common], help="play ALFWorld games against a running service")
-    pl.add_argument("--split", default="fixtures")
-    pl.add_argument("--n", type=int, default=None, help="number of games (default: all of the split)")
-    pl.add_argument("--mode", default="inline")
-    pl.add_argument("--bank", default="default")
-    pl.add_argument("--max-steps", type=int, default=50)
-    pl.add_argument("--json", type=Path, default=None, help="write the report here")
-    pl.set_defaults(func=play)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,5 +1,5 @@
-"""service.client (sync + async) and the `evoharness session|bank|play` CLI against a real `evoharness serve`
-(tiny random-weight model on the in-process vLLM engine, private redis-server)."""
+"""service.client (sync + async), the `evoharness session|bank` CLI and the ALFWorld driver's HTTP policy against a
+real `evoharness serve` (tiny random-weight model on the in-process vLLM engine, private redis-server)."""
 
 from __future__ import annotations
 
@@ -146,9 +146,13 @@ def test_cli_session_and_bank(url, capsys):
     assert "404" in capsys.readouterr().err
 
 
-def test_cli_play_runs_an_alfworld_game(url, tmp_path, capsys):
+def test_the_driver_plays_an_alfworld_game_against_the_service(url, tmp_path, capsys):
+    """ALFWorld games against a running service: the episode driver's HTTP policy (not part of the service CLI)."""
+    from training.envs.alfworld.driver import main as driver
+
     out = tmp_path / "play.json"
-    assert cli(["play", "--url", url, "--n", "1", "--max-steps", "3", "--json", str(out)]) == 0
+    assert driver(["--policy", "http", "--url", url, "--api-key", "unused-in-dev-mode", "--n", "1",
+                   "--max-steps", "3", "--json", str(out)]) == 0
     assert "games" in capsys.readouterr().out
     report = json.loads(out.read_text())
     (episode,) = report["episodes"]

@@ -94,3 +94,16 @@ def test_driver_cli_writes_json_and_prints_a_table(tmp_path, capsys):
     report = json.loads(out.read_text())
     assert report["summary"]["overall"]["games"] == 2 and len(report["episodes"]) == 2
     assert "success %" in capsys.readouterr().out
+
+
+
+def test_driver_http_policy_sends_the_api_key(monkeypatch):
+    """`--policy http --api-key K` (default $EVOHARNESS_API_KEY) authenticates every request as `Bearer K`."""
+    from training.envs.alfworld.driver import build_parser, make_policy
+
+    args = build_parser().parse_args(["--policy", "http", "--url", "http://service", "--api-key", "k1"])
+    assert make_policy(args).headers == {"Authorization": "Bearer k1"}
+    monkeypatch.setenv("EVOHARNESS_API_KEY", "k2")
+    assert make_policy(build_parser().parse_args(["--policy", "http"])).headers == {"Authorization": "Bearer k2"}
+    monkeypatch.delenv("EVOHARNESS_API_KEY")
+    assert make_policy(build_parser().parse_args(["--policy", "http"])).headers == {}

@@ -2,7 +2,10 @@
 
     python -m training.envs.alfworld.driver --split fixtures --policy handcoded
     python -m training.envs.alfworld.driver --split valid_unseen --n 134 --policy planner --workers 2 --json out.json
-    python -m training.envs.alfworld.driver --split valid_seen --policy http --url http://127.0.0.1:8000 --mode inline
+    python -m training.envs.alfworld.driver --split fixtures --policy http --url http://127.0.0.1:8000 --api-key KEY
+
+``--policy http`` plays against a running EvoHarness service (``--mode``, ``--bank``; ``--url`` and ``--api-key``
+default to ``$EVOHARNESS_URL`` and ``$EVOHARNESS_API_KEY``): the one way to play ALFWorld games against the service.
 
 Reports success % per task type, mean steps, harness calls and tokens, as JSON and as a printed table.
 Splits other than ``fixtures`` are generated (or reused from ``data/alfworld/<split>``) first.
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -113,24 +117,31 @@ def make_policy(args) -> object:
     if args.policy in ("planner", "handcoded"):
         return ExpertPolicy(args.policy)
     if args.policy == "http":
-        return HTTPPolicy(args.url, mode=args.mode, bank=args.bank)
+        headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else None
+        return HTTPPolicy(args.url, mode=args.mode, bank=args.bank, headers=headers)
     raise ValueError(args.policy)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="Play ALFWorld games against a policy and report.")
     parser.add_argument("--split", default="fixtures")
     parser.add_argument("--n", type=int, default=None, help="number of games (default: all)")
     parser.add_argument("--policy", choices=("planner", "handcoded", "http"), default="handcoded")
-    parser.add_argument("--url", default="http://127.0.0.1:8000")
+    parser.add_argument("--url", default=os.environ.get("EVOHARNESS_URL", "http://127.0.0.1:8000"),
+                        help="the service (--policy http; default $EVOHARNESS_URL or http://127.0.0.1:8000)")
+    parser.add_argument("--api-key", default=os.environ.get("EVOHARNESS_API_KEY"),
+                        help="the service's API key (--policy http; default $EVOHARNESS_API_KEY)")
     parser.add_argument("--mode", default="inline")
     parser.add_argument("--bank", default="default")
     parser.add_argument("--max-steps", type=int, default=50)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
     parser.add_argument("--transcripts", action="store_true", help="keep every episode's transcript in the JSON")
-    args = parser.parse_args(argv)
+    return parser
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     games = split_games(args.split, args.n)
     started = time.perf_counter()
     results = play_games(games, make_policy(args), max_steps=args.max_steps, workers=args.workers,
