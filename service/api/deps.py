@@ -16,7 +16,6 @@ from service.banks import BankService
 from service.problems import ApiError, rate_limited
 from service.rate_limit import RateLimiter
 from service.sessions import SessionService
-from service.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -26,10 +25,6 @@ class Principal:
     tenant: str = "default"
     key_id: str | None = None
     role: str = "admin"
-
-
-async def _settings(request: Request) -> Settings:
-    return request.app.state.settings
 
 
 async def _sessions(request: Request) -> SessionService:
@@ -78,20 +73,12 @@ async def _counted(request: Request, key: ApiKey) -> ApiKey:
     return key
 
 
-async def _principal(request: Request,
-                     bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-                     header_key: Annotated[str | None, Depends(_api_key_header)]) -> Principal:
-    """Authenticate (401), then count the request against the key's rate limit in Redis (429)."""
-    key = await _counted(request, _authenticate(request, bearer, header_key))
-    return Principal(tenant=key.tenant, key_id=key.id, role=key.role)
-
-
 def needs(permission: str):
     """A dependency type: the caller, who must hold `permission` (service.auth.ROLES), else 403.
     Order: 401, 429 (the request counted), 403, then the body's 422."""
 
-    # one dependency (authenticate, rate limit, then the role check) rather than a check depending on
-    # _principal: FastAPI's per-dependency overhead is paid on every request
+    # one dependency (authenticate, rate limit, then the role check) rather than a chain of them: FastAPI's
+    # per-dependency overhead is paid on every request
     async def check(request: Request,
                     bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
                     header_key: Annotated[str | None, Depends(_api_key_header)]) -> Principal:
@@ -119,16 +106,10 @@ class _Uncounted(HTTPBearer):
         return _authorize(key, self.permission)
 
 
-def needs_uncounted(permission: str):
-    """Like `needs`, without the rate-limit count (the route must count the request itself). Order: 401, 403,
-    then the body's 422; the route's own 429 comes after. Add UNCOUNTED_OPENAPI to the route's openapi_extra."""
-    return Annotated[Principal, Depends(_Uncounted(permission))]
-
-
 STEP_AUTH = _Uncounted("session.step")  # the step route's dependency; its fast path (routes/fast_step.py) calls it
 
 
-# the second security alternative of a needs_uncounted route, as FastAPI writes it for `needs` routes
+# the second security alternative of a route on an _Uncounted dependency, as FastAPI writes it for `needs` routes
 UNCOUNTED_OPENAPI = {"security": [{_api_key_header.scheme_name: []}]}
 
 
@@ -136,10 +117,8 @@ def key_may(role: str, permission: str) -> bool:
     return permission in ROLES.get(role, ())
 
 
-SettingsDep = Annotated[Settings, Depends(_settings)]
 SessionsDep = Annotated[SessionService, Depends(_sessions)]
 BanksDep = Annotated[BankService, Depends(_banks)]
-PrincipalDep = Annotated[Principal, Depends(_principal)]
 CanCreate = needs("session.create")
 CanStepUncounted = Annotated[Principal, Depends(STEP_AUTH)]
 CanEnd = needs("session.end")
