@@ -1,5 +1,5 @@
-"""JSON for what the store writes to Redis and reads back: compact UTF-8 bytes by orjson (several times faster
-than the json module on a step's state and events), with the json module where orjson refuses a value.
+"""JSON for what the store writes to Redis and reads back: compact UTF-8 bytes by orjson (faster than the json
+module on a step's state and events: docs/benchmarks.md), with the json module where orjson refuses a value.
 
 `dumps` falls back to `json.dumps` (compact, ASCII) for what orjson will not write: strings with lone
 surrogates, integers beyond 64 bits, dict keys that are not strings. `loads` falls back to `json.loads` for what
