@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from contextlib import asynccontextmanager
 
 from service import audit as audit_log
 from service import metrics
@@ -89,20 +90,21 @@ class BankService:
             n = sum(e["category"] == c for e in state["entries"].values())
             metrics.BANK_ENTRIES.labels(name, c).set(n)
 
-    async def _locked(self, doc: str, name: str):
-        token = await self.docs.acquire(doc, self.lease_ms)
-        if token is None:
-            raise ApiError(409, "Bank busy", f"bank {name!r} is being changed by another request")
-        return token
+    @asynccontextmanager
+    async def _lease(self, name: str, tenant: str):
+        """The bank's single-writer lease with its current state (one Redis call), given back after the block."""
+        async with self.docs.lease(bank_doc(tenant, name), self.lease_ms) as held:
+            if held.status == "gone" or held.meta.get("tenant", "default") != tenant:
+                raise ApiError(404, "Bank not found", f"no bank {name!r}")
+            if held.status == "busy":
+                raise ApiError(409, "Bank busy", f"bank {name!r} is being changed by another request")
+            yield held.loaded, held.token
 
     async def consolidate(self, name: str, tenant: str = "default", key_id: str | None = None,
                           evolver: str = "rules") -> dict:
         """Run an evolver over the pending evidence: "rules" (deterministic) or "model" (the served model)."""
         doc = bank_doc(tenant, name)
-        await self._meta(name, tenant)
-        token = await self._locked(doc, name)
-        try:
-            loaded = await self.docs.load(doc)
+        async with self._lease(name, tenant) as (loaded, token):
             pending = await self.docs.evidence(doc)
             if not pending:
                 return {"version": loaded.version, "ops": [], "evidence": 0}
@@ -126,15 +128,10 @@ class BankService:
             self._gauge(name, new)
             return {"version": v, "ops": ops, "evidence": len(pending), "evolver": evolver,
                     **({"rejected": extra["rejected"]} if extra else {})}
-        finally:
-            await self.docs.release(doc, token)
 
     async def set_controls(self, name: str, body, tenant: str = "default", key_id: str | None = None) -> dict:
         doc = bank_doc(tenant, name)
-        await self._meta(name, tenant)
-        token = await self._locked(doc, name)
-        try:
-            loaded = await self.docs.load(doc)
+        async with self._lease(name, tenant) as (loaded, token):
             s = copy.deepcopy(loaded.state)
             c = s["controls"]
             if body.disabled_verbs is not None:
@@ -151,8 +148,6 @@ class BankService:
                         arg=body.model_dump_json(exclude_none=True), key_id=key_id)
             v = await self.docs.commit(doc, loaded.version, s, [ev], lease_token=token)
             return {"version": v, "controls": c}
-        finally:
-            await self.docs.release(doc, token)
 
     async def audit(self, name: str, after: int, limit: int, tenant: str = "default") -> dict:
         doc = bank_doc(tenant, name)

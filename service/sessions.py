@@ -45,7 +45,6 @@ class SessionService:
         self.limiter = limiter
         # the episode chat must fit the engine's context (service.policy.render)
         self.transcript_chars = transcript_chars_for(settings.max_model_len or model_context_len(settings.model))
-        self.active_key = f"{settings.namespace}:active"
         # session id -> (tenant, bank name): a step reads its bank's version in the same Redis call that takes
         # the lease (DocStore.begin peek), and BankService reuses the parsed bank while that version holds
         self._bank_of: dict[str, tuple[str, str]] = {}
@@ -76,7 +75,7 @@ class SessionService:
         meta = {"tenant": tenant, "bank": body.bank, "domain": body.domain, "mode": body.mode,
                 "created_by": key_id or ""}
         await self.docs.create(sid, state, meta, ttl=s.session_ttl_s)
-        await self.docs.r.zadd(self.active_key, {sid: time.time() + s.session_ttl_s})
+        await self.docs.set_live(sid, time.time() + s.session_ttl_s)
         return {"session_id": sid, "version": 0}
 
     async def _meta(self, sid: str, tenant: str) -> dict:
@@ -273,20 +272,14 @@ class SessionService:
     # ---- end / delete --------------------------------------------------------------
     @asynccontextmanager
     async def _lease(self, sid: str, tenant: str):
-        """Take the session's single-writer lease with its current state (one Redis call); give it back after."""
-        status, meta, got = await self.docs.begin(sid, self.settings.step_lease_ms)
-        if status == "ok" and meta.get("tenant", "default") != tenant:
-            await self.docs.release(sid, got[1])
-        if status == "gone" or meta.get("tenant", "default") != tenant:
-            raise not_found(sid)
-        if status == "busy":
-            raise ApiError(409, "Step in progress", "another request holds this session",
-                           version=int(meta["version"]))
-        loaded, token = got
-        try:
-            yield loaded, token
-        finally:
-            await asyncio.shield(self.docs.release(sid, token))
+        """The session's single-writer lease with its current state (one Redis call), given back after the block."""
+        async with self.docs.lease(sid, self.settings.step_lease_ms) as held:
+            if held.status == "gone" or held.meta.get("tenant", "default") != tenant:
+                raise not_found(sid)
+            if held.status == "busy":
+                raise ApiError(409, "Step in progress", "another request holds this session",
+                               version=int(held.meta["version"]))
+            yield held.loaded, held.token
 
     async def end(self, sid: str, won: bool, tenant: str = "default", key_id: str | None = None) -> dict:
         async with self._lease(sid, tenant) as (loaded, token):
@@ -298,18 +291,17 @@ class SessionService:
             ev = make_event(loaded.version + 1, "end", state, ended, result="won" if won else "lost", key_id=key_id)
             v = await self.docs.commit(sid, loaded.version, ended, [ev], lease_token=token,
                                        ttl=self.settings.session_ttl_s)
-            await self.docs.r.zrem(self.active_key, sid)
+            await self.docs.drop_live(sid)
             return {"version": v, "status": "ended", "won": won}
 
     async def delete(self, sid: str, tenant: str = "default") -> None:
         await self._meta(sid, tenant)
         self._bank_of.pop(sid, None)
         await self.docs.delete(sid)
-        await self.docs.r.zrem(self.active_key, sid)
+        await self.docs.drop_live(sid)
 
     async def active_count(self) -> int:
-        await self.docs.r.zremrangebyscore(self.active_key, "-inf", time.time())
-        return int(await self.docs.r.zcard(self.active_key))
+        return await self.docs.count_live()
 
     # ---- read side -----------------------------------------------------------------
     async def state(self, sid: str, version: int | None, tenant: str = "default") -> dict:

@@ -120,7 +120,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         app.state.banks = BankService(bank_docs, cap=settings.bank_cap, lease_ms=settings.step_lease_ms, engine=eng)
         app.state.rate_limiter = (RateLimiter(r, settings.namespace, settings.rate_limit, settings.rate_window_s)
                                   if settings.rate_limit > 0 else None)
-        app.state.sessions = SessionService(settings, DocStore(r, settings.namespace, "s"), app.state.banks, eng,
+        session_docs = DocStore(r, settings.namespace, "s", live_index="active")  # {ns}:active: live sessions
+        app.state.sessions = SessionService(settings, session_docs, app.state.banks, eng,
                                             limiter=app.state.rate_limiter)
         log.info("evoharness ready: engine=%s model=%s", settings.engine, eng.model_id)
         try:

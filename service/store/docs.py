@@ -18,17 +18,24 @@ refuses it if the version moved or the writer lost its lease, and it validates e
 payload before the first write (Redis does not roll back a script that fails midway),
 so a commit lands whole or not at all. "Every payload" means every one that could be invalid: the script parses
 the payloads a caller passed as raw text (`str`), and skips those serialized by code (a dict, which the store
-writes with service/store/codec.py; `bytes` from `codec.dumps`; a `JSONText` made with `json.dumps`) — parsing a
-step's state again cost ≈ 1/3 of the commit script's time. JSON is written compact, UTF-8 (codec.py).
+writes with service/store/codec.py; `bytes` from `codec.dumps`; a `JSONText` made with `json.dumps`), which are
+valid by construction (what that saves: docs/benchmarks.md). JSON is written compact, UTF-8 (codec.py).
+
+Every write goes through a lease: `async with store.lease(doc_id, lease_ms) as held:` takes the single-writer
+lease with the current state in one call, the block checks `held.status`, commits, and the lease goes back on the
+way out. A store can also keep an index of its live documents (`live_index`: a sorted set scored by expiry time,
+e.g. the active sessions), and answers `ping` for readiness checks; nothing outside service/store/ touches the
+Redis client itself.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
-import uuid
 from dataclasses import dataclass
+from typing import Self
 
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
@@ -138,10 +145,6 @@ class VersionConflict(RuntimeError):
         self.why = why
 
 
-class LeaseHeld(RuntimeError):
-    """Another writer holds the document's single-writer lease."""
-
-
 class BadPayload(ValueError):
     """The commit payload was rejected by the store before any write."""
 
@@ -159,12 +162,16 @@ def _now() -> str:
 
 
 class DocStore:
-    """One kind of document ("s" for sessions, "b" for banks) under a namespace."""
+    """One kind of document ("s" for sessions, "b" for banks) under a namespace.
 
-    def __init__(self, redis: Redis, namespace: str, kind: str):
+    `live_index`: the name of a sorted set `{namespace}:{live_index}` of this store's live documents, each scored by
+    the time it expires (`set_live`, `drop_live`, `count_live`); None: no index."""
+
+    def __init__(self, redis: Redis, namespace: str, kind: str, live_index: str | None = None):
         self.r = redis
         self.ns = namespace
         self.kind = kind
+        self.live_key = f"{namespace}:{live_index}" if live_index is not None else None
         self._commit = redis.register_script(_COMMIT)
         self._create = redis.register_script(_CREATE)
         self._release = redis.register_script(_RELEASE)
@@ -290,13 +297,14 @@ class DocStore:
         peeked = [None if x is None else _s(x) for x in res[3]] if len(res) > 3 else None
         return "ok", meta, (Loaded(codec.loads(res[1]), int(meta["version"]), meta, peeked), token)
 
+    def lease(self, doc_id: str, lease_ms: int, idem_key: str | None = None, peek: str | None = None,
+              count: tuple[str, int, int] | None = None) -> Lease:
+        """`async with store.lease(...) as held:` the one way to write a document (see `Lease`); the arguments are
+        `begin`'s."""
+        return Lease(self, doc_id, lease_ms, idem_key, peek, count)
+
     def meta_key(self, doc_id: str) -> str:
         return self.key(doc_id, "meta")
-
-    async def acquire(self, doc_id: str, ttl_ms: int) -> str | None:
-        token = uuid.uuid4().hex
-        ok = await self.r.set(self.key(doc_id, "lock"), token, nx=True, px=ttl_ms)
-        return token if ok else None
 
     async def release(self, doc_id: str, token: str) -> None:
         await self._run(self._release, keys=[self.key(doc_id, "lock")], args=[token])
@@ -329,11 +337,69 @@ class DocStore:
         idem = [k async for k in self.r.scan_iter(match=self.key(doc_id, "idem:*"), count=500)]
         return bool(await self.r.delete(*base, *idem))
 
-    async def memory_bytes(self, doc_id: str) -> int:
-        total = 0
-        for p in ("state", "meta", "events", "init"):
-            total += await self.r.memory_usage(self.key(doc_id, p)) or 0
-        return total
+    # ---- the index of live documents (live_index) and readiness
+    async def set_live(self, doc_id: str, until: float) -> None:
+        """List the document as live until `until` (epoch seconds)."""
+        await self.r.zadd(self.live_key, {doc_id: until})
+
+    async def drop_live(self, doc_id: str) -> None:
+        await self.r.zrem(self.live_key, doc_id)
+
+    async def count_live(self) -> int:
+        """Live documents now (entries past their time are dropped first)."""
+        await self.r.zremrangebyscore(self.live_key, "-inf", time.time())
+        return int(await self.r.zcard(self.live_key))
+
+    async def ping(self) -> bool:
+        """Whether Redis answers (raises what the client raises when it does not)."""
+        return bool(await self.r.ping())
+
+
+class Lease:
+    """A document's single-writer lease for one read-modify-commit::
+
+        async with store.lease(doc_id, lease_ms) as held:
+            if held.status != "ok": ...                  # raise: "gone", "busy" (or "replay", "limited"; see begin)
+            ... await store.commit(doc_id, held.loaded.version, new_state, events, lease_token=held.token)
+
+    Entering takes the lease with the document's current state in one Redis call (`DocStore.begin`); leaving gives
+    it back, shielded from cancellation, if it was taken and a commit has not already given it back (a commit with
+    `release=True`: then call `held.released()` after it). After entering:
+
+    * `status`: "ok" | "gone" | "busy" | "replay" | "limited" (as `begin`);
+    * `meta`: the document's meta ({} when gone or limited);
+    * "ok": `loaded` (state, version, meta, peek) and `token` (the lease); "replay": `stored` (the idempotent
+      record); "limited": `limited` (count, ms left).
+    """
+
+    __slots__ = ("_begin", "_doc_id", "_store", "limited", "loaded", "meta", "status", "stored", "token")
+
+    def __init__(self, store: DocStore, doc_id: str, lease_ms: int, idem_key: str | None, peek: str | None,
+                 count: tuple[str, int, int] | None):
+        self._store, self._doc_id, self._begin = store, doc_id, (lease_ms, idem_key, peek, count)
+        self.status, self.meta = "", {}
+        self.loaded = self.token = self.stored = self.limited = None
+
+    async def __aenter__(self) -> Self:
+        lease_ms, idem_key, peek, count = self._begin
+        self.status, self.meta, got = await self._store.begin(self._doc_id, lease_ms, idem_key, peek=peek,
+                                                              count=count)
+        if self.status == "ok":
+            self.loaded, self.token = got
+        elif self.status == "replay":
+            self.stored = got
+        elif self.status == "limited":
+            self.limited = got
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        if self.token is not None:
+            token, self.token = self.token, None
+            await asyncio.shield(self._store.release(self._doc_id, token))
+
+    def released(self) -> None:
+        """A commit with `release=True` gave the lease back: leaving the block does not release it again."""
+        self.token = None
 
 
 def _is_cluster(redis) -> bool:

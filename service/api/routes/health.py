@@ -23,7 +23,7 @@ async def healthz():
 async def readyz(request: Request, sessions: SessionsDep):
     checks = {}
     try:
-        checks["redis"] = bool(await sessions.docs.r.ping())
+        checks["redis"] = await sessions.docs.ping()
     except Exception as e:  # noqa: BLE001 - any failure means not ready
         checks["redis"] = False
         checks["redis_error"] = type(e).__name__

@@ -1,6 +1,7 @@
 """The Redis document store against a real redis-server: atomic commits, versions, leases."""
 
 import json
+import time
 import uuid
 
 import pytest
@@ -61,10 +62,10 @@ async def test_a_commit_broken_midway_leaves_the_previous_state(store):
 
 async def test_a_writer_that_lost_its_lease_cannot_commit(store):
     await store.create("d", {"n": 0}, {})
-    token = await store.acquire("d", 10_000)
-    assert token and await store.acquire("d", 10_000) is None
+    status, _, (_, token) = await store.begin("d", 10_000)
+    assert status == "ok" and (await store.begin("d", 10_000))[0] == "busy"
     await store.r.delete(store.key("d", "lock"))          # the lease expired ...
-    other = await store.acquire("d", 10_000)               # ... and another replica took it
+    _, _, (_, other) = await store.begin("d", 10_000)      # ... and another replica took it
     with pytest.raises(VersionConflict) as e:
         await store.commit("d", 0, {"n": 1}, [ev(1)], lease_token=token)
     assert e.value.why == "lease"
@@ -169,3 +170,40 @@ async def test_the_script_parses_raw_text_but_not_what_the_store_serialized(stor
     with pytest.raises(BadPayload):              # a raw event after a trusted state is still checked
         await store.commit("d", 1, JSONText('{"n":2}'), [ev(2), '{"broken'])
     assert (await store.load("d")).version == 1
+
+
+async def test_a_lease_is_given_back_when_the_block_ends(store):
+    await store.create("d", {"n": 0}, {"tenant": "x"})
+    async with store.lease("d", 10_000) as held:
+        assert held.status == "ok" and held.loaded.state == {"n": 0} and held.meta["tenant"] == "x"
+        async with store.lease("d", 10_000) as other:
+            assert other.status == "busy" and other.meta["version"] == "0" and other.token is None
+        assert await store.r.get(store.key("d", "lock")) == held.token.encode()     # "busy" took nothing
+    assert await store.r.get(store.key("d", "lock")) is None
+    with pytest.raises(KeyError):
+        async with store.lease("d", 10_000) as held:
+            raise KeyError("refused in the block")
+    assert await store.r.get(store.key("d", "lock")) is None                          # given back on an error too
+    async with store.lease("d", 10_000) as held:
+        await store.commit("d", 0, {"n": 1}, [ev(1)], lease_token=held.token, release=True)
+        held.released()
+    assert held.token is None and (await store.load("d")).version == 1
+    async with store.lease("nope", 10_000) as held:
+        assert held.status == "gone" and held.meta == {} and held.loaded is None
+
+
+async def test_live_index_and_ping(redis_url):
+    r = Redis.from_url(redis_url)
+    docs = DocStore(r, f"t{uuid.uuid4().hex[:8]}", "s", live_index="active")
+    try:
+        assert await docs.ping() and docs.live_key == f"{docs.ns}:active"
+        now = time.time()
+        await docs.set_live("a", now + 100)
+        await docs.set_live("b", now + 100)
+        await docs.set_live("old", now - 1)                  # past its time: not counted, and dropped
+        assert await docs.count_live() == 2 and await r.zscore(docs.live_key, "old") is None
+        await docs.drop_live("a")
+        assert await docs.count_live() == 1
+    finally:
+        await r.delete(docs.live_key)
+        await r.aclose()
