@@ -8,6 +8,8 @@ import json
 import time
 import uuid
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
 
 import jsonpatch
 
@@ -22,16 +24,41 @@ from service.harness.ops import HarnessError
 from service.policy.engines.base import Engine, EngineTimeout
 from service.policy.grammar import is_safe_action
 from service.policy.render import transcript_chars_for
-from service.policy.turns import PolicyOutputError, Sampling, run_step
+from service.policy.turns import PolicyOutputError, Sampling, Turn, run_step
 from service.problems import ApiError, rate_limited
 from service.rate_limit import RateLimiter
 from service.settings import Settings, model_context_len
 from service.store import codec
-from service.store.docs import DocGone, DocStore, VersionConflict
+from service.store.docs import DocGone, DocStore, Lease, Loaded, VersionConflict
 
 
 def not_found(session_id: str) -> ApiError:
     return ApiError(404, "Session not found", f"no session {session_id!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class StepCall:
+    """One step request: what its policy part and its commit part both read."""
+
+    sid: str
+    body: Any                # service.api.schemas.StepIn
+    tenant: str
+    key_id: str | None
+    idem_key: str | None
+    req_hash: str | None     # sha256 of the body, for an idempotent step only
+    if_match: int | None
+    t0: float                # time.perf_counter() when the request reached the service
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """What the policy part hands the commit part: the state to commit, its events, the turns and the action."""
+
+    final: dict
+    events: list[dict]
+    turns: list[Turn]
+    action: str | None
+    model_s: float
 
 
 _BANK_OF_MAX = 50_000  # sessions whose bank (fixed at creation) this process remembers
@@ -114,32 +141,23 @@ class SessionService:
         self._check_step(body)
         # only an idempotent step stores or compares the request's hash
         req_hash = hashlib.sha256(body.model_dump_json().encode()).hexdigest() if idem_key else None
+        call = StepCall(sid, body, tenant, key_id, idem_key, req_hash, if_match, t0)
         bank_of = self._bank_of.get(sid)
         peek = self.banks.meta_key(bank_of[1], bank_of[0]) if bank_of is not None and not body.done else None
-        status, meta, got = await self.docs.begin(sid, self.settings.step_lease_ms, idem_key, peek=peek,
-                                                  count=await self._count(key_id))
-        if status == "limited":
-            raise rate_limited(key_id, self.limiter.verdict(*got), self.limiter.window_s)
-        if status == "gone" or meta.get("tenant", "default") != tenant:
-            if status == "ok":
-                await self.docs.release(sid, got[1])
-            raise not_found(sid)
-        if status == "replay":
-            return self._check_replay(got, req_hash)
-        if status == "busy":
-            metrics.STEPS.labels("conflict").inc()
-            raise ApiError(409, "Step in progress", "another step of this session is running",
-                           version=int(meta["version"]))
-        loaded, token = got
-        committed = False
-        try:
-            body_out = await self._step_locked(sid, body, token, idem_key, req_hash, if_match, key_id, t0, loaded,
-                                               tenant)
-            committed = True
-            return body_out
-        finally:
-            if not committed:
-                await asyncio.shield(self.docs.release(sid, token))
+        async with self.docs.lease(sid, self.settings.step_lease_ms, idem_key, peek=peek,
+                                   count=await self._count(key_id)) as held:
+            if held.status == "limited":
+                raise rate_limited(key_id, self.limiter.verdict(*held.limited), self.limiter.window_s)
+            if held.status == "gone" or held.meta.get("tenant", "default") != tenant:
+                raise not_found(sid)
+            if held.status == "replay":
+                return self._check_replay(held.stored, req_hash)
+            if held.status == "busy":
+                metrics.STEPS.labels("conflict").inc()
+                raise ApiError(409, "Step in progress", "another step of this session is running",
+                               version=int(held.meta["version"]))
+            decided = await self._run_policy(call, held.loaded)
+            return await self._commit_step(call, held, decided)
 
     async def _count(self, key_id: str | None) -> tuple[str, int, int] | None:
         """The rate-limit counter for `begin` to count this step in its own Lua call (no extra round trip);
@@ -160,13 +178,13 @@ class SessionService:
         metrics.STEPS.labels("replay").inc()
         return stored["body"]
 
-    async def _step_locked(self, sid, body, token, idem_key, req_hash, if_match, key_id, t0, loaded,
-                           tenant) -> dict:
-        """Runs under the session's lease; the commit gives the lease back in the same script."""
-        v0, state = loaded.version, loaded.state
-        if if_match is not None and if_match != v0:
+    async def _run_policy(self, call: StepCall, loaded: Loaded) -> Decided:
+        """The step's policy part, under the session's lease: observe, then the policy's turns (harness calls and the
+        environment action). Writes nothing."""
+        v0, state, body = loaded.version, loaded.state, call.body
+        if call.if_match is not None and call.if_match != v0:
             metrics.STEPS.labels("conflict").inc()
-            raise ApiError(409, "Version mismatch", f"If-Match {if_match} but the session is at version {v0}",
+            raise ApiError(409, "Version mismatch", f"If-Match {call.if_match} but the session is at version {v0}",
                            version=v0)
         if state["status"] != "active":
             raise ApiError(409, "Session is over", f"session is {state['status']}", version=v0)
@@ -174,71 +192,76 @@ class SessionService:
             raise ApiError(409, "Episode is done", "the episode was reported done; end the session", version=v0)
         domain = get_domain(state["domain"])
         observed = observe(state, domain, body.observation, body.admissible_actions, body.won, body.done)
-        common = {"key_id": key_id}
+        common = {"key_id": call.key_id}
         events = [make_event(v0 + 1, "observe", state, observed, result=body.observation[:200], **common)]
-        turns, action, model_s = [], None, 0.0
-        final = observed
-        if not body.done:
-            seen = loaded.peek if self._bank_of.get(sid) == (tenant, state["bank"]) else None
-            bank = await self.banks.read(state["bank"], tenant, seen=seen)
-            if seen is None and self.docs.can_peek:
-                self._remember_bank(sid, tenant, state["bank"])
-            sampling = Sampling(self.settings.temperature, self.settings.top_p, self.settings.seed,
-                                experience_k=self.settings.recall_k)
-            try:
-                # a deadline on this task, not asyncio.wait_for: on Python 3.11 that runs the step in a new task
-                async with asyncio.timeout(self.settings.step_timeout_s):
-                    outcome = await run_step(observed, domain, self.engine, bank_entries=bank["entries"],
-                                             bank_controls=bank["controls"], sampling=sampling)
-            except TimeoutError:
-                raise EngineTimeout(f"step took over {self.settings.step_timeout_s:.0f} s") from None
-            except HarnessError as e:
-                raise ApiError(409, "Step not allowed", str(e), version=v0) from None
-            except PolicyOutputError as e:
-                metrics.INVALID_OUTPUTS.inc()
-                raise ApiError(502, "Invalid policy output", str(e)) from None
-            if outcome.invalid_outputs:
-                metrics.INVALID_OUTPUTS.inc(outcome.invalid_outputs)
-            prev = observed
-            for t in outcome.turns:
-                usage = {"prompt_tokens": t.prompt_tokens, "completion_tokens": t.completion_tokens,
-                         "seconds": round(t.seconds, 6)}
-                events.append(make_event(v0 + 1 + len(events), t.kind, prev, t.state, verb=t.verb, arg=t.arg,
+        if body.done:
+            return Decided(observed, events, [], None, 0.0)
+        seen = loaded.peek if self._bank_of.get(call.sid) == (call.tenant, state["bank"]) else None
+        bank = await self.banks.read(state["bank"], call.tenant, seen=seen)
+        if seen is None and self.docs.can_peek:
+            self._remember_bank(call.sid, call.tenant, state["bank"])
+        sampling = Sampling(self.settings.temperature, self.settings.top_p, self.settings.seed,
+                            experience_k=self.settings.recall_k)
+        try:
+            # a deadline on this task, not asyncio.wait_for: on Python 3.11 that runs the step in a new task
+            async with asyncio.timeout(self.settings.step_timeout_s):
+                outcome = await run_step(observed, domain, self.engine, bank_entries=bank["entries"],
+                                         bank_controls=bank["controls"], sampling=sampling)
+        except TimeoutError:
+            raise EngineTimeout(f"step took over {self.settings.step_timeout_s:.0f} s") from None
+        except HarnessError as e:
+            raise ApiError(409, "Step not allowed", str(e), version=v0) from None
+        except PolicyOutputError as e:
+            metrics.INVALID_OUTPUTS.inc()
+            raise ApiError(502, "Invalid policy output", str(e)) from None
+        if outcome.invalid_outputs:
+            metrics.INVALID_OUTPUTS.inc(outcome.invalid_outputs)
+        prev, model_s = observed, 0.0
+        for t in outcome.turns:
+            usage = {"prompt_tokens": t.prompt_tokens, "completion_tokens": t.completion_tokens,
+                     "seconds": round(t.seconds, 6)}
+            events.append(make_event(v0 + 1 + len(events), t.kind, prev, t.state, verb=t.verb, arg=t.arg,
                                      reason=t.reason, result=t.result, usage=usage, model=t.model,
                                      prompt_hash=t.prompt_hash, **common))
-                prev = t.state
-                model_s += t.seconds
-            turns, action, final = outcome.turns, outcome.action, outcome.state
-        harness_calls = sum(t.kind == "harness" for t in turns)
+            prev = t.state
+            model_s += t.seconds
+        return Decided(outcome.state, events, outcome.turns, outcome.action, model_s)
+
+    async def _commit_step(self, call: StepCall, held: Lease, decided: Decided) -> dict:
+        """The step's commit part: the response, then the new state, its events and the idempotent record in one
+        script that also gives the lease back."""
+        v0, turns, final, model_s = held.loaded.version, decided.turns, decided.final, decided.model_s
         body_out = {
-            "action": action,
+            "action": decided.action,
             "turns": [t.public() for t in turns],
-            "version": v0 + len(events),
+            "version": v0 + len(decided.events),
             "usage": {
                 "prompt_tokens": sum(t.prompt_tokens for t in turns),
                 "completion_tokens": sum(t.completion_tokens for t in turns),
-                "harness_calls": harness_calls,
+                "harness_calls": sum(t.kind == "harness" for t in turns),
                 "model_seconds": round(model_s, 6),
-                "total_seconds": round(time.perf_counter() - t0, 6),
+                "total_seconds": round(time.perf_counter() - call.t0, 6),
             },
         }
-        idem_value = json.dumps({"request_hash": req_hash, "body": body_out}) if idem_key else None
+        idem_value = json.dumps({"request_hash": call.req_hash, "body": body_out}) if call.idem_key else None
         ts = time.perf_counter()
         state_json = codec.dumps(final)  # bytes: valid JSON by construction, not parsed again by the commit script
         try:
-            await self.docs.commit(sid, v0, state_json, events, lease_token=token, idem_key=idem_key,
-                                   idem_value=idem_value, idem_ttl=self.settings.idempotency_ttl_s,
-                                   ttl=self.settings.session_ttl_s, release=True)
+            await self.docs.commit(call.sid, v0, state_json, decided.events, lease_token=held.token,
+                                   idem_key=call.idem_key, idem_value=idem_value,
+                                   idem_ttl=self.settings.idempotency_ttl_s, ttl=self.settings.session_ttl_s,
+                                   release=True)
         except VersionConflict as e:
             metrics.STEPS.labels("conflict").inc()
             raise ApiError(409, "Version conflict", str(e), version=e.current) from None
         except DocGone:
-            raise not_found(sid) from None
+            raise not_found(call.sid) from None
+        held.released()
         store_s = time.perf_counter() - ts
-        # Prometheus bookkeeping (≈ 5 % of a step's CPU) runs on the event loop's next turn, after this response
-        # is written: off the caller's latency, and done before the loop reads another request (a scrape included)
+        # Prometheus bookkeeping runs on the event loop's next turn, after this response is written: off the
+        # caller's latency, and done before the loop reads another request (a scrape included)
         asyncio.get_running_loop().call_soon(self._observe_metrics, turns, final, model_s, store_s,
-                                             time.perf_counter() - t0, len(state_json))
+                                             time.perf_counter() - call.t0, len(state_json))
         return body_out
 
     def _remember_bank(self, sid: str, tenant: str, bank: str) -> None:
