@@ -91,6 +91,7 @@ class BankService:
         for c in CATEGORIES:
             n = sum(e["category"] == c for e in state["entries"].values())
             metrics.BANK_ENTRIES.labels(name, c).set(n)
+            metrics.BANK_CAP.labels(name, c).set(state["caps"][c])
 
     async def _locked(self, doc: str, name: str):
         token = await self.docs.acquire(doc, self.lease_ms)

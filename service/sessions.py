@@ -78,6 +78,7 @@ class SessionService:
                 "created_by": key_id or ""}
         await self.docs.create(sid, state, meta, ttl=s.session_ttl_s)
         await self.docs.r.zadd(self.active_key, {sid: time.time() + s.session_ttl_s})
+        metrics.SESSIONS_CREATED.inc()
         return {"session_id": sid, "version": 0}
 
     async def _meta(self, sid: str, tenant: str) -> dict:
