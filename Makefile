@@ -5,16 +5,16 @@ PY := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 export ALFWORLD_DATA ?= $(CURDIR)/data/alfworld-home
 
-.PHONY: install serve test model policy clean
+.PHONY: install serve test model policy clean system-deps-serve system-deps-test
 
 install:
 	scripts/setup_venv.sh $(VENV) cpu,train,dev
 
 # dev mode (auth off, loudly announced) unless EVOHARNESS_AUTH=on and keys are configured
-serve: install
+serve: system-deps-serve install
 	EVOHARNESS_AUTH=$${EVOHARNESS_AUTH:-off} $(PY) -m service.cli serve $(ARGS)
 
-test: install
+test: system-deps-test install
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 # reproduce models/default-policy end to end (generate -> teacher -> LM+SFT -> GRPO -> export -> evaluate);
@@ -24,6 +24,12 @@ policy: install
 
 model: install
 	$(PY) -m service.policy.bootstrap_model --out models/untrained-tiny
+
+# system tools first (redis-server, chromium, ...): installed as root with apt, else stop with one line
+system-deps-serve:
+	scripts/system_deps.sh serve
+system-deps-test:
+	scripts/system_deps.sh test
 
 clean:
 	rm -rf models/untrained-tiny .pytest_cache

@@ -89,6 +89,7 @@ class BankService:
         for c in CATEGORIES:
             n = sum(e["category"] == c for e in state["entries"].values())
             metrics.BANK_ENTRIES.labels(name, c).set(n)
+            metrics.BANK_CAP.labels(name, c).set(state["caps"][c])
 
     @asynccontextmanager
     async def _lease(self, name: str, tenant: str):

@@ -12,8 +12,9 @@ The client commands talk to a running service (--url, default $EVOHARNESS_URL or
 service: `python -m training.envs.alfworld.driver --policy http --url URL --api-key KEY` (the `train` extra).
 
 Without REDIS_URL it starts a private redis-server (data kept in a temp dir for the life of the
-process) and says so. Without --model it serves the shipped default policy, or, if none is
-shipped yet, builds the tiny UNTRAINED model into models/untrained-tiny (a few seconds).
+process) and says so; that redis-server stops with the process, however it ends. Without --model
+it serves the shipped default policy, or, if none is shipped yet, builds the tiny UNTRAINED model
+into models/untrained-tiny (a few seconds).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -45,6 +47,7 @@ def serve(args: argparse.Namespace) -> int:
 
     from service.api.app import create_app
     from service.embedded_redis import EmbeddedRedis
+    from service.lifetime import signals_exit
     from service.settings import Settings
 
     overrides = {k: v for k, v in {"model": args.model, "engine": args.engine,
@@ -52,21 +55,24 @@ def serve(args: argparse.Namespace) -> int:
                                    "auth": "off" if args.dev else None}.items() if v is not None}
     settings = Settings(**overrides)
     embedded = None
-    if settings.redis_url is None:
-        embedded = EmbeddedRedis().start()
-        settings = settings.model_copy(update={"redis_url": embedded.url})
-        print(f"[evoharness] REDIS_URL not set: started a private redis-server at {embedded.url} "
-              f"(data in {embedded.dir}, lost when this process exits)", flush=True)
-    if settings.engine == "vllm":
-        _ensure_model(settings.model)
-    label = "UNTRAINED tiny model" if "untrained" in settings.model else "policy"
-    print(f"[evoharness] engine={settings.engine} model={settings.model} ({label}) on http://{args.host}:{args.port}",
-          flush=True)
-    try:
-        uvicorn.run(create_app(settings), host=args.host, port=args.port, workers=1, log_level=args.log_level)
-    finally:
-        if embedded:
-            embedded.stop()
+    # The embedded redis-server stops with this process: in `finally` on SIGTERM (here SystemExit), SIGINT
+    # (KeyboardInterrupt) or an exception; on SIGKILL or a fatal signal through its PR_SET_PDEATHSIG.
+    with signals_exit(signal.SIGTERM):
+        try:
+            if settings.redis_url is None:
+                embedded = EmbeddedRedis().start()
+                settings = settings.model_copy(update={"redis_url": embedded.url})
+                print(f"[evoharness] REDIS_URL not set: started a private redis-server at {embedded.url} "
+                      f"(data in {embedded.dir}, lost when this process exits)", flush=True)
+            if settings.engine == "vllm":
+                _ensure_model(settings.model)
+            label = "UNTRAINED tiny model" if "untrained" in settings.model else "policy"
+            print(f"[evoharness] engine={settings.engine} model={settings.model} ({label}) on "
+                  f"http://{args.host}:{args.port}", flush=True)
+            uvicorn.run(create_app(settings), host=args.host, port=args.port, workers=1, log_level=args.log_level)
+        finally:
+            if embedded:
+                embedded.stop()
     return 0
 
 

@@ -1,6 +1,7 @@
 """A private `redis-server` child process: the embedded default when no REDIS_URL is given.
 
-Used by `evoharness serve` and by the test fixtures. Needs `redis-server` on PATH.
+Used by `evoharness serve` and by the test fixtures. Needs `redis-server` on PATH. Started from the main thread
+on Linux, the child gets SIGTERM when this process dies, even by SIGKILL (service/lifetime.py).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import socket
 import subprocess
 import tempfile
 import time
+
+from service.lifetime import die_with_parent
 
 
 def free_port() -> int:
@@ -43,14 +46,16 @@ class EmbeddedRedis:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self, timeout: float = 10.0) -> "EmbeddedRedis":
+    def start(self, timeout: float = 10.0) -> EmbeddedRedis:
         exe = shutil.which("redis-server")
         if exe is None:
             raise RuntimeError("redis-server not found on PATH: install Redis (Debian: apt-get install redis-server) "
                                "or set REDIS_URL")
         args = [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir, "--save", "",
                 "--appendonly", "yes" if self.appendonly else "no", "--protected-mode", "yes"]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # preexec_fn only calls prctl (looked up before the fork) and getppid: nothing that takes a lock
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     preexec_fn=die_with_parent())  # noqa: PLW1509
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

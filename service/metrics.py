@@ -18,8 +18,11 @@ HARNESS_CALL_SECONDS = Histogram("evoharness_harness_call_seconds", "Model secon
 STATE_BYTES = Histogram("evoharness_state_bytes", "Bytes of session state after each commit",
                         buckets=(512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072))
 BANK_ENTRIES = Gauge("evoharness_bank_entries", "Entries in an Experience bank by category", ["bank", "category"])
+BANK_CAP = Gauge("evoharness_bank_category_cap", "Entry cap of an Experience bank's category (the evolver evicts "
+                 "above it)", ["bank", "category"])
 CONSOLIDATION_OPS = Counter("evoharness_consolidation_ops", "Evolver operations by op", ["bank", "op"])
 INVALID_OUTPUTS = Counter("evoharness_invalid_outputs", "Policy outputs that failed to parse")
+SESSIONS_CREATED = Counter("evoharness_sessions_created", "Sessions created (the denominator of cost per session)")
 ACTIVE_SESSIONS = Gauge("evoharness_active_sessions", "Sessions created and not yet ended or deleted",
                         multiprocess_mode="livemostrecent")
 STEPS = Counter("evoharness_steps", "Step requests by outcome (ok | replay | conflict | error ...)", ["outcome"])

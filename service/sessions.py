@@ -103,6 +103,7 @@ class SessionService:
                 "created_by": key_id or ""}
         await self.docs.create(sid, state, meta, ttl=s.session_ttl_s)
         await self.docs.set_live(sid, time.time() + s.session_ttl_s)
+        metrics.SESSIONS_CREATED.inc()
         return {"session_id": sid, "version": 0}
 
     async def _meta(self, sid: str, tenant: str) -> dict:

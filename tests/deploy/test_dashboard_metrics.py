@@ -10,25 +10,10 @@ from pathlib import Path
 
 from service.client import EvoHarnessClient
 from tests.deploy.live_server import live_server
+from tests.deploy.promql import metric_names
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "dashboards" / "evoharness.json"
 SUFFIXES = ("_bucket", "_count", "_sum", "_total", "_created")
-NOT_METRICS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless",
-               "offset", "inf", "nan"}
-
-
-def metric_names(expr: str) -> set[str]:
-    e = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)                 # strings
-    e = re.sub(r"\{[^}]*\}", "", e)                              # label matchers
-    e = re.sub(r"\[[^\]]*\]", "", e)                             # ranges
-    e = re.sub(r"\b(by|without|on|ignoring)\s*\([^)]*\)", "", e)  # grouping labels
-    names = set()
-    for m in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*", e):
-        rest = e[m.end():].lstrip()
-        if rest.startswith("(") or m.group(0).lower() in NOT_METRICS:
-            continue                                              # a function or a keyword
-        names.add(m.group(0))
-    return names
 
 
 def exported(text: str) -> set[str]:

@@ -58,6 +58,9 @@ async def test_metrics_reflect_a_session(app_factory):
     assert delta("evoharness_http_errors_total", status="413") == 1
     assert delta("evoharness_harness_calls_by_position_total") == len(harness)
     assert total(after, "evoharness_bank_entries", bank="metrics") >= 0
+    assert delta("evoharness_sessions_created_total") == 1
+    for category in ("general", "task_type", "mistakes", "search_priority", "notes"):
+        assert total(after, "evoharness_bank_category_cap", bank="metrics", category=category) == 80  # bank_cap
     assert "evoharness_consolidation_ops_total" in text or "# TYPE evoharness_consolidation_ops" in text
     assert "evoharness_active_sessions" in text and "evoharness_invalid_outputs_total" in text
     # the in-process engine's own metrics share the endpoint
