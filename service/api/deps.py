@@ -129,4 +129,6 @@ CanControlSession = needs("session.control")
 CanReadBank = needs("bank.read")
 CanConsolidate = needs("bank.consolidate")
 CanControlBank = needs("bank.control")
-CanReadMetrics = needs("metrics")
+# /metrics is not counted against the rate limit: the limiter lives in Redis, and Prometheus must keep scraping
+# (and see the 503s) while Redis is down
+CanReadMetricsUncounted = Annotated[Principal, Depends(_Uncounted("metrics"))]

@@ -13,9 +13,8 @@ from the API's answers (steps, audit events with per-turn usage, states, consoli
 * errors: 404 (unknown session), 422 (bad body), 413 (observation too large), 409 (stale If-Match; a step
   `conflict`), an idempotent replay (step `replay`); 504: the vLLM engine-core process is SIGSTOPped while steps
   wait on it (engine timeout 5 s), then SIGCONTinued; 503: the redis-server is stopped while /readyz is asked,
-  then started again (append-only file: nothing lost). During such an outage /metrics answers 503 too (the route
-  counts each request against the rate limit, kept in Redis), so Prometheus's own failed scrapes (`up` 0) in the
-  outage are 503s the service counted: the test adds them to its tally;
+  then started again (append-only file: nothing lost). /metrics is not rate-limited, so Prometheus keeps scraping
+  through such an outage: the test checks that no scrape failed (`up` stayed 1) and sees the 503s as they happen;
 * consolidation: won sessions of bank `evolve`, whose bank controls disable every verb, then the rules evolver;
   every bank has a category cap of 1 (EVOHARNESS_BANK_CAP), so the evolved bank reaches its cap;
 * active sessions: sessions left open, ended, deleted.
@@ -621,15 +620,12 @@ def test_board_and_rules_against_a_real_prometheus(tiny_model, tmp_path):
             pytest.fail(f"phase 2 kept making new label sets: {new}")
         t_end = prom.scrape_after(time.time())
         active = len(drive.active)
-        # Prometheus's own scrapes of /metrics during the Redis outages answered 503 too (the route counts the
-        # request against the rate limit in Redis): every scrape Prometheus recorded as failed (up 0) during an
-        # outage is one more 503 the service counted
+        # /metrics does not need Redis (it is not rate-limited): no scrape may fail during the Redis outages
         ups = prom.http.get("/api/v1/query", params={
             "query": f'up{{job="evoharness"}}[{round((t_end - t0) * 1000) + 1}ms]', "time": f"{t_end:.3f}"}).json()
         failed = [float(t) for t, v in ups["data"]["result"][0]["values"]
                   if v == "0" and any(a - 1 <= float(t) <= b + 1 for a, b in drive.outages)]
-        p2.c["errors"]["503"] += sum(t > ts for t in failed)
-        total.c["errors"]["503"] += len(failed)
+        assert not failed, f"scrapes failed during the Redis outages at {failed}"
         s = t_end - ts
         window_ms = round(s * 1000) + 1
         want = expected(p2, before, s, bank, active)
@@ -759,6 +755,6 @@ def test_board_and_rules_against_a_real_prometheus(tiny_model, tmp_path):
             problems.append("EvoHarnessDown held while the service was up")
 
     print(f"phase 2 window {s:.1f} s: {p2.calls} harness calls {dict(p2.c['calls'])}, {p2.c['steps']['ok']} steps, "
-          f"errors {dict(p2.c['errors'])} ({len(failed)} failed scrapes during the Redis outages), "
+          f"errors {dict(p2.c['errors'])} "
           f"ops {dict(p2.c['ops'])}; whole test {time.monotonic() - t_start:.0f} s")
     assert not problems, "\n".join(problems)

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from service import metrics
-from service.api.deps import CanReadMetrics, SessionsDep
+from service.api.deps import UNCOUNTED_OPENAPI, CanReadMetricsUncounted, SessionsDep
 from service.api.errors import problem
 
 router = APIRouter(tags=["health"])
@@ -37,8 +37,8 @@ async def readyz(request: Request, sessions: SessionsDep):
     return problem(503, "Not ready", f"checks: {checks}", checks=checks)
 
 
-@router.get("/metrics")
-async def prometheus_metrics(request: Request, sessions: SessionsDep, _: CanReadMetrics):
+@router.get("/metrics", openapi_extra=UNCOUNTED_OPENAPI)
+async def prometheus_metrics(request: Request, sessions: SessionsDep, _: CanReadMetricsUncounted):
     try:
         metrics.ACTIVE_SESSIONS.set(await sessions.active_count())
     except Exception:  # noqa: BLE001 - metrics must render even with Redis down

@@ -31,6 +31,9 @@ async def test_redis_restart_gives_503_then_recovers(vllm_engine, tmp_path):
             assert "nothing was written" in r.json()["detail"]
             assert (await c.get("/readyz")).status_code == 503
             assert (await c.get("/healthz")).status_code == 200
+            scrape = await c.get("/metrics")     # not rate-limited (the limiter lives in Redis): Prometheus keeps
+            assert scrape.status_code == 200     # scraping and sees the outage's 503s while it lasts
+            assert 'evoharness_http_errors_total{status="503"}' in scrape.text
 
             redis.start()
             assert (await c.get("/readyz")).status_code == 200
