@@ -7,7 +7,7 @@
 | 401 | no API key, or an unknown one (`WWW-Authenticate: Bearer`) |
 | 403 | the key's role may not do this |
 | 404 | no such session / bank / version (or it belongs to another tenant) |
-| 409 | the session moved on: another step holds it or committed first, If-Match differs, the session is over, or its step budget is spent; `version` holds the current version |
+| 409 | the session moved on: another step holds it or committed first, If-Match differs, the session is over, or its step budget is spent; `version` holds the current version. While another request holds the session ("Step in progress"), `retry_after` (seconds) and `Retry-After` say when its lease lapses unless renewed |
 | 413 | request body or observation larger than the configured limit |
 | 422 | the body does not validate (`errors` names each field) or an Idempotency-Key is reused with another body |
 | 429 | the key's request rate limit is spent (`Retry-After` in seconds) |
