@@ -286,9 +286,10 @@ async def run_client(i: int, urls: list[str], steps: int, tally: Tally, done: as
                     break
                 if status not in RETRY_STATUS and not isinstance(status, str):
                     raise RuntimeError(f"client {i} step {k}: {status} {r.text[:300]}")
-                tally.retries[str(status)] = tally.retries.get(str(status), 0) + 1
+                why = f"409 {_json(r).get('title')}" if status == 409 else str(status)   # in progress / lease lost
+                tally.retries[why] = tally.retries.get(why, 0) + 1
                 if tally.kill_t is not None:
-                    tally.after_kill[str(status)] = tally.after_kill.get(str(status), 0) + 1
+                    tally.after_kill[why] = tally.after_kill.get(why, 0) + 1
                 attempt += 1
                 wait = min(3.0, 0.05 * 2 ** attempt) * (0.5 + random.random())
                 if status == 429:

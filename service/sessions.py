@@ -26,7 +26,7 @@ from service.policy.engines.base import Engine, EngineTimeout
 from service.policy.grammar import is_safe_action
 from service.policy.render import transcript_chars_for
 from service.policy.turns import PolicyOutputError, Sampling, Turn, run_step
-from service.problems import ApiError, rate_limited
+from service.problems import ApiError, rate_limited, version_conflict
 from service.rate_limit import RateLimiter
 from service.settings import Settings, model_context_len
 from service.store import codec
@@ -264,7 +264,7 @@ class SessionService:
                                    release=True)
         except VersionConflict as e:
             metrics.STEPS.labels("conflict").inc()
-            raise ApiError(409, "Version conflict", str(e), version=e.current) from None
+            raise version_conflict(e.current, e.why) from None
         except DocGone:
             raise not_found(call.sid) from None
         held.released()

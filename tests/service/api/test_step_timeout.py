@@ -6,6 +6,7 @@ timing matters here, so a ScriptedEngine made slow on demand stands in for the m
 from __future__ import annotations
 
 import asyncio
+import time
 
 from service.api.app import create_app
 from service.policy.engines.scripted import ScriptedEngine
@@ -18,9 +19,11 @@ class Slow(ScriptedEngine):
     def __init__(self):
         super().__init__(["<think>t</think><action>look</action>"])
         self.delay_s = 0.0
+        self.stall_s = 0.0      # blocks the event loop: the replica stalls, its heartbeat too
 
     async def generate(self, req):
         await asyncio.sleep(self.delay_s)
+        time.sleep(self.stall_s)  # noqa: ASYNC251
         return await super().generate(req)
 
 
@@ -57,3 +60,20 @@ async def test_a_step_longer_than_its_lease_commits_and_a_concurrent_one_is_told
         r = await slow
         assert r.status_code == 200 and r.json()["version"] == 2, r.text
         assert (await docs.load(sid)).version == 2 and await docs.r.get(docs.key(sid, "lock")) is None
+
+
+async def test_a_step_that_stalls_past_its_lease_is_fenced_off_and_its_retry_runs(redis_url):
+    eng = Slow()
+    app = create_app(make_settings(redis_url, engine="scripted", step_lease_ms=300, lease_heartbeat_ms=100),
+                     engine=eng)
+    async with Client(app) as c:
+        docs = app.state.sessions.docs
+        sid = (await c.post("/v1/sessions", json={"task": "t", "harness_cap": 0})).json()["session_id"]
+        eng.stall_s = 0.6
+        r = await c.post(f"/v1/sessions/{sid}/step", json=STEP, headers={"Idempotency-Key": "k"})
+        assert r.status_code == 409 and r.json()["title"] == "Lease lost" and r.json()["version"] == 0, r.text
+        assert (await docs.load(sid)).version == 0 and await docs.r.xlen(docs.key(sid, "events")) == 0
+        assert await docs.r.get(docs.key(sid, "idem:k")) is None
+        eng.stall_s = 0.0
+        r = await c.post(f"/v1/sessions/{sid}/step", json=STEP, headers={"Idempotency-Key": "k"})
+        assert r.status_code == 200 and r.json()["version"] == 2, r.text
