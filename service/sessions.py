@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import math
 import time
 import uuid
@@ -31,6 +32,8 @@ from service.rate_limit import RateLimiter
 from service.settings import Settings, model_context_len
 from service.store import codec
 from service.store.docs import DocGone, DocStore, Lease, Loaded, VersionConflict
+
+log = logging.getLogger("evoharness")
 
 
 def not_found(session_id: str) -> ApiError:
@@ -264,6 +267,9 @@ class SessionService:
                                    release=True)
         except VersionConflict as e:
             metrics.STEPS.labels("conflict").inc()
+            if e.why == "lease":
+                log.warning("session %s: step fenced off, it outlived its %d ms lease (this replica stalled or lost "
+                            "Redis); nothing written", call.sid, self.settings.step_lease_ms)
             raise version_conflict(e.current, e.why) from None
         except DocGone:
             raise not_found(call.sid) from None

@@ -457,13 +457,18 @@ class Lease:
             async with asyncio.timeout(self._every):
                 kept = await self._store.renew(self._doc_id, token, lease_ms)
         except (RedisError, OSError, TimeoutError) as e:
+            if self.token != token:
+                return
             log.warning("lease %s: renewal failed (%s); retrying at the next beat", self._doc_id, e or type(e).__name__)
             kept = True
+        if self.token != token:
+            return                      # given back while this renewal was on its way: nothing was lost
         if not kept:
+            # lapsed or taken by another writer; or, rarely, given back by this writer's own commit an instant before
+            # the answer came (the commit's refusal, not this, is what callers report)
             self.lost = True
-            log.warning("lease %s: lost (lapsed or taken by another writer); this writer's commit will be refused",
-                        self._doc_id)
-        elif self.token == token:
+            log.debug("lease %s: renewal found it gone; a commit with this token will be refused", self._doc_id)
+        else:
             self._beat = asyncio.get_running_loop().call_later(self._every, self._heartbeat)
 
 

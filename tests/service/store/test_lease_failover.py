@@ -65,6 +65,23 @@ async def test_the_heartbeat_stops_with_the_block(store):
     assert not await store.renew("d", token, 300)                 # a released lease cannot be renewed back
 
 
+async def test_a_renewal_still_on_its_way_when_the_commit_gives_the_lease_back_changes_nothing(store, monkeypatch):
+    real = store.renew
+
+    async def slow_renew(doc_id, token, lease_ms):
+        await asyncio.sleep(0.2)                                  # the commit (with release) lands meanwhile
+        return await real(doc_id, token, lease_ms)
+
+    monkeypatch.setattr(store, "renew", slow_renew)
+    await store.create("d", {"n": 0}, {})
+    async with store.lease("d", 600, heartbeat_ms=100) as held:
+        await asyncio.sleep(0.15)                                 # the first renewal is on its way
+        assert await store.commit("d", 0, {"n": 1}, [ev(1)], lease_token=held.token, release=True) == 1
+        held.released()
+    await asyncio.sleep(0.3)
+    assert not held.lost and await store.r.get(store.key("d", "lock")) is None
+
+
 async def test_a_stalled_writer_does_not_commit_and_the_next_holder_does(store, other):
     """The event loop is blocked past the lease (time.sleep: a stalled replica, its heartbeat stopped too); another
     replica takes the lease; the stalled writer's heartbeat then finds it taken and its commit is refused."""
