@@ -226,7 +226,8 @@ class Tally:
     kill_at: int | None = None                         # steps answered before it
     affected: set = field(default_factory=set)         # clients with a request in flight on the killed replica
     waiting: set = field(default_factory=set)          # clients with steps left at the kill
-    back_after: dict = field(default_factory=dict)     # client -> s from the kill to its first answered step
+    back_after: dict = field(default_factory=dict)     # client -> (s from the kill to its first answered step,
+    #                                                    s from the kill to when that attempt was sent)
     after_kill: dict = field(default_factory=dict)     # retries by status after the kill
 
 
@@ -264,6 +265,7 @@ async def run_client(i: int, urls: list[str], steps: int, tally: Tally, done: as
                 url = pick(urls, i + k + attempt, tally.down_until)   # alternate replicas, also on retries
                 tally.sent += 1
                 tally.inflight[i] = url
+                sent_t = time.monotonic()
                 try:
                     r = await http.post(f"{url}/v1/sessions/{sid}/step", json=body,
                                         headers={"Idempotency-Key": idem})
@@ -280,7 +282,7 @@ async def run_client(i: int, urls: list[str], steps: int, tally: Tally, done: as
                     if progress is not None:
                         progress[i] = len(versions)
                     if tally.kill_t is not None and i not in tally.back_after:
-                        tally.back_after[i] = time.monotonic() - tally.kill_t
+                        tally.back_after[i] = (time.monotonic() - tally.kill_t, sent_t - tally.kill_t)
                     if tally.ok >= tally.target // 2:
                         done.set()
                     break
@@ -469,18 +471,27 @@ async def load(stack: Stack, clients: int, steps: int, *, restart: bool = True, 
 
 
 def failover_report(tally: Tally, reaped: dict, url: str, target_s: float) -> dict:
+    """Per affected session: `recovery` = kill -> its next step answered; `sent` = kill -> when the attempt that got
+    that answer was sent (the session was free again by then, or that attempt was a replay); the difference is the
+    step's own time on the surviving replica."""
     back = tally.back_after
     affected = sorted(tally.affected)
-    rec = sorted(back[i] for i in affected if i in back)
-    everyone = sorted(back[i] for i in tally.waiting if i in back)
+    pairs = sorted(back[i] for i in affected if i in back)
+    rec = [p[0] for p in pairs]
+    sent = sorted(p[1] for p in pairs)
+    everyone = sorted(back[i][0] for i in tally.waiting if i in back)
+
+    def stats(xs: list[float]) -> dict:
+        return {"max": round(xs[-1], 2), "median": round(xs[len(xs) // 2], 2)} if xs else {}
+
     return {
         "killed": url, **reaped,
         "steps_before_kill": tally.kill_at,
         "affected_sessions": len(affected),            # a step in flight on the killed replica
         "affected_stepped_again": len(rec),
-        "recovery_s_max": round(rec[-1], 2) if rec else None,
-        "recovery_s_median": round(rec[len(rec) // 2], 2) if rec else None,
+        "recovery_s": stats(rec),
         "recovery_s_each": [round(x, 2) for x in rec],
+        "retry_sent_s": stats(sent),
         "recovery_target_s": target_s,
         "sessions_waiting_at_kill": len(tally.waiting),
         "all_stepped_again_s_max": round(everyone[-1], 2) if everyone else None,
