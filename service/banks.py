@@ -26,8 +26,11 @@ _CACHE_BANKS = 256  # parsed bank states kept per process (by version), most rec
 
 
 class BankService:
-    def __init__(self, docs: DocStore, cap: int = 80, lease_ms: int = 120_000, engine: Engine | None = None):
+    def __init__(self, docs: DocStore, cap: int = 80, lease_ms: int = 3_000, engine: Engine | None = None,
+                 heartbeat_ms: int | None = None):
+        # the bank's single-writer lease, renewed every heartbeat_ms (None: lease_ms / 3) while a change runs
         self.docs, self.cap, self.lease_ms, self.engine = docs, cap, lease_ms, engine
+        self.heartbeat_ms = heartbeat_ms
         self._cache: dict[str, tuple[tuple, dict]] = {}  # doc id -> ((version, created_at), state)
 
     async def ensure(self, name: str, tenant: str = "default") -> None:
@@ -94,7 +97,7 @@ class BankService:
     @asynccontextmanager
     async def _lease(self, name: str, tenant: str):
         """The bank's single-writer lease with its current state (one Redis call), given back after the block."""
-        async with self.docs.lease(bank_doc(tenant, name), self.lease_ms) as held:
+        async with self.docs.lease(bank_doc(tenant, name), self.lease_ms, heartbeat_ms=self.heartbeat_ms) as held:
             if held.status == "gone" or held.meta.get("tenant", "default") != tenant:
                 raise ApiError(404, "Bank not found", f"no bank {name!r}")
             if held.status == "busy":

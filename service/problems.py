@@ -20,3 +20,14 @@ def rate_limited(key_id: str, verdict, window_s: float) -> ApiError:
                     f"key {key_id!r} made over {verdict.limit} requests in {window_s:g} s; "
                     f"retry in {verdict.retry_after_s} s",
                     headers={"Retry-After": str(verdict.retry_after_s)}, retry_after=verdict.retry_after_s)
+
+
+def version_conflict(current: int, why: str) -> ApiError:
+    """The 409 for a commit the store refused (service.store.docs.VersionConflict): the version moved, or ("lease")
+    the request outlived its lease, so its write was fenced off. Either way nothing was written."""
+    if why == "lease":
+        return ApiError(409, "Lease lost",
+                        "the request outlived its lease on this document (its replica stalled, or could not reach "
+                        f"Redis, for longer than the lease); nothing was written; current version is {current}",
+                        version=current)
+    return ApiError(409, "Version conflict", f"version conflict ({why}); current version is {current}", version=current)

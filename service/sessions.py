@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
+import math
 import time
 import uuid
 from contextlib import asynccontextmanager
@@ -25,15 +27,26 @@ from service.policy.engines.base import Engine, EngineTimeout
 from service.policy.grammar import is_safe_action
 from service.policy.render import transcript_chars_for
 from service.policy.turns import PolicyOutputError, Sampling, Turn, run_step
-from service.problems import ApiError, rate_limited
+from service.problems import ApiError, rate_limited, version_conflict
 from service.rate_limit import RateLimiter
 from service.settings import Settings, model_context_len
 from service.store import codec
 from service.store.docs import DocGone, DocStore, Lease, Loaded, VersionConflict
 
+log = logging.getLogger("evoharness")
+
 
 def not_found(session_id: str) -> ApiError:
     return ApiError(404, "Session not found", f"no session {session_id!r}")
+
+
+def in_progress(held: Lease, detail: str) -> ApiError:
+    """409 while another request holds the session's lease. `retry_after` (seconds; `Retry-After` rounds it up) is
+    when that lease lapses unless its holder renews it: a holder that died frees the session by then."""
+    retry_after = round(held.busy_ms / 1000, 3)
+    return ApiError(409, "Step in progress", f"{detail}; its lease runs {retry_after:g} s more unless renewed",
+                    headers={"Retry-After": str(math.ceil(retry_after))}, version=int(held.meta["version"]),
+                    retry_after=retry_after)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +159,8 @@ class SessionService:
         bank_of = self._bank_of.get(sid)
         peek = self.banks.meta_key(bank_of[1], bank_of[0]) if bank_of is not None and not body.done else None
         async with self.docs.lease(sid, self.settings.step_lease_ms, idem_key, peek=peek,
-                                   count=await self._count(key_id)) as held:
+                                   count=await self._count(key_id),
+                                   heartbeat_ms=self.settings.lease_heartbeat_ms) as held:
             if held.status == "limited":
                 raise rate_limited(key_id, self.limiter.verdict(*held.limited), self.limiter.window_s)
             if held.status == "gone" or held.meta.get("tenant", "default") != tenant:
@@ -155,8 +169,7 @@ class SessionService:
                 return self._check_replay(held.stored, req_hash)
             if held.status == "busy":
                 metrics.STEPS.labels("conflict").inc()
-                raise ApiError(409, "Step in progress", "another step of this session is running",
-                               version=int(held.meta["version"]))
+                raise in_progress(held, "another step of this session is running")
             decided = await self._run_policy(call, held.loaded)
             return await self._commit_step(call, held, decided)
 
@@ -254,7 +267,10 @@ class SessionService:
                                    release=True)
         except VersionConflict as e:
             metrics.STEPS.labels("conflict").inc()
-            raise ApiError(409, "Version conflict", str(e), version=e.current) from None
+            if e.why == "lease":
+                log.warning("session %s: step fenced off, it outlived its %d ms lease (this replica stalled or lost "
+                            "Redis); nothing written", call.sid, self.settings.step_lease_ms)
+            raise version_conflict(e.current, e.why) from None
         except DocGone:
             raise not_found(call.sid) from None
         held.released()
@@ -297,12 +313,12 @@ class SessionService:
     @asynccontextmanager
     async def _lease(self, sid: str, tenant: str):
         """The session's single-writer lease with its current state (one Redis call), given back after the block."""
-        async with self.docs.lease(sid, self.settings.step_lease_ms) as held:
+        async with self.docs.lease(sid, self.settings.step_lease_ms,
+                                   heartbeat_ms=self.settings.lease_heartbeat_ms) as held:
             if held.status == "gone" or held.meta.get("tenant", "default") != tenant:
                 raise not_found(sid)
             if held.status == "busy":
-                raise ApiError(409, "Step in progress", "another request holds this session",
-                               version=int(held.meta["version"]))
+                raise in_progress(held, "another request holds this session")
             yield held.loaded, held.token
 
     async def end(self, sid: str, won: bool, tenant: str = "default", key_id: str | None = None) -> dict:

@@ -55,8 +55,12 @@ class Settings(BaseSettings):
     namespace: str = Field("evo", description="prefix of every Redis key")
     session_ttl_s: int = Field(7 * 86400, description="a session's keys expire this long after its last commit")
     idempotency_ttl_s: int = Field(86400, description="how long a stored step response answers a retry")
-    step_lease_ms: int = Field(120_000, description="single-writer lease per step; expires if a replica dies; "
-                                                    "must exceed step_timeout_s")
+    step_lease_ms: int = Field(3_000, gt=0, description="single-writer lease per step (and per session/bank change), "
+                               "renewed by a heartbeat while it runs: a replica that dies frees its sessions "
+                               "this long after its last renewal")
+    lease_heartbeat_ms: int = Field(None, gt=0, validate_default=False,
+                                    description="how often a held lease is renewed; unset = step_lease_ms / 3; "
+                                                "must be shorter than the lease")
 
     # engine
     engine: str = Field("vllm", description="vllm (in-process AsyncLLM) | remote (vLLM servers over HTTP) | scripted")
@@ -70,8 +74,7 @@ class Settings(BaseSettings):
     dtype: str = Field("float32", description="weight dtype vLLM computes in: float32 (bf16 is emulated, ~2x slower, "
                                               "on CPUs without avx512_bf16/AMX), bfloat16, or auto (the checkpoint's)")
     engine_timeout_s: float = Field(60.0, description="one generation longer than this -> 504")
-    step_timeout_s: float = Field(100.0, description="a whole step (all its turns) longer than this -> 504; "
-                                                     "must stay below the step lease")
+    step_timeout_s: float = Field(100.0, description="a whole step (all its turns) longer than this -> 504")
 
     # policy
     temperature: float = Field(None, ge=0.0, le=2.0, validate_default=False,
@@ -112,8 +115,11 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
-    def _lease_outlives_step(self) -> "Settings":
-        if self.step_lease_ms <= self.step_timeout_s * 1000:
-            raise ValueError(f"step_lease_ms ({self.step_lease_ms}) must exceed step_timeout_s "
-                             f"({self.step_timeout_s} s): a step must never outlive its single-writer lease")
+    def _heartbeat_within_lease(self) -> Settings:
+        """A step may run longer than its lease (the heartbeat renews it); the heartbeat must beat within it."""
+        if self.lease_heartbeat_ms is None:
+            self.lease_heartbeat_ms = max(self.step_lease_ms // 3, 1)
+        elif self.lease_heartbeat_ms >= self.step_lease_ms:
+            raise ValueError(f"lease_heartbeat_ms ({self.lease_heartbeat_ms}) must be shorter than step_lease_ms "
+                             f"({self.step_lease_ms}): the lease would lapse between two renewals")
         return self

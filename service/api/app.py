@@ -117,7 +117,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         eng = engine or build_engine(settings)
         await eng.start()
         bank_docs = DocStore(r, settings.namespace, "b")
-        app.state.banks = BankService(bank_docs, cap=settings.bank_cap, lease_ms=settings.step_lease_ms, engine=eng)
+        app.state.banks = BankService(bank_docs, cap=settings.bank_cap, lease_ms=settings.step_lease_ms, engine=eng,
+                                      heartbeat_ms=settings.lease_heartbeat_ms)
         app.state.rate_limiter = (RateLimiter(r, settings.namespace, settings.rate_limit, settings.rate_window_s)
                                   if settings.rate_limit > 0 else None)
         session_docs = DocStore(r, settings.namespace, "s", live_index="active")  # {ns}:active: live sessions

@@ -7,7 +7,7 @@
 | 401 | no API key, or an unknown one (`WWW-Authenticate: Bearer`) |
 | 403 | the key's role may not do this |
 | 404 | no such session / bank / version (or it belongs to another tenant) |
-| 409 | the session moved on: another step holds it or committed first, If-Match differs, the session is over, or its step budget is spent; `version` holds the current version |
+| 409 | the session moved on: another step holds it or committed first, If-Match differs, the session is over, or its step budget is spent; `version` holds the current version. While another request holds the session ("Step in progress"), `retry_after` (seconds) and `Retry-After` say when its lease lapses unless renewed; "Lease lost": the request outlived its lease (a stalled replica) and was fenced off |
 | 413 | request body or observation larger than the configured limit |
 | 422 | the body does not validate (`errors` names each field) or an Idempotency-Key is reused with another body |
 | 429 | the key's request rate limit is spent (`Retry-After` in seconds) |
@@ -29,7 +29,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service import metrics
 from service.policy.engines.base import EngineError, EngineTimeout
-from service.problems import ApiError
+from service.problems import ApiError, version_conflict
+from service.store.docs import VersionConflict
 
 PROBLEM = "application/problem+json"
 
@@ -59,6 +60,11 @@ def install(app: FastAPI) -> None:
         errors = [{"field": _field(err["loc"]), "message": err["msg"]} for err in e.errors()]
         detail = "; ".join(f"{x['field']}: {x['message']}" for x in errors)
         return problem(422, "Invalid request", detail, errors=errors)
+
+    @app.exception_handler(VersionConflict)
+    async def _conflict(_: Request, e: VersionConflict):  # a commit refused outside a step (end, controls, banks)
+        c = version_conflict(e.current, e.why)
+        return problem(c.status, c.title, c.detail, **c.extra)
 
     @app.exception_handler(RedisConnectionError)
     @app.exception_handler(RedisTimeoutError)

@@ -8,7 +8,7 @@ can write them all atomically::
     {ns}:{<tag>}:init      state at version 0 (JSON string), for time travel
     {ns}:{<tag>}:meta      hash: version, created_at, updated_at, and caller fields
     {ns}:{<tag>}:events    stream, one entry per committed event, entry id "<version>-1"
-    {ns}:{<tag>}:lock      single-writer lease (token), taken for the duration of a step
+    {ns}:{<tag>}:lock      single-writer lease (token), taken for the duration of a step, renewed while it runs
     {ns}:{<tag>}:idem:<k>  stored response for an Idempotency-Key
     {ns}:{<tag>}:evidence  hash of pending evidence (banks only)
 
@@ -23,7 +23,10 @@ valid by construction (what that saves: docs/benchmarks.md). JSON is written com
 
 Every write goes through a lease: `async with store.lease(doc_id, lease_ms) as held:` takes the single-writer
 lease with the current state in one call, the block checks `held.status`, commits, and the lease goes back on the
-way out. A store can also keep an index of its live documents (`live_index`: a sorted set scored by expiry time,
+way out. The lease is short (a few seconds) and a heartbeat renews it while the block runs, so a writer that dies
+frees its document within `lease_ms`. The commit script is the fence: it writes only if the lock still holds the
+writer's token, so a writer that outlived its lease (stalled past it, or its renewal found another token) never
+commits, whatever it believes. A store can also keep an index of its live documents (`live_index`: a sorted set scored by expiry time,
 e.g. the active sessions), and answers `ping` for readiness checks; nothing outside service/store/ touches the
 Redis client itself.
 """
@@ -32,17 +35,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import time
 from dataclasses import dataclass
 from typing import Self
 
 from redis.asyncio import Redis
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, RedisError
 
 from service.rate_limit import COUNT_LUA
 from service.store import codec
 
+log = logging.getLogger("evoharness")
 _COMMIT = r"""
 local state_k, meta_k, events_k, lock_k, idem_k, evid_k, init_k = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local expected = tonumber(ARGV[1])
@@ -123,13 +128,21 @@ if ARGV[3] == '1' then
   local stored = redis.call('GET', KEYS[4])
   if stored then return {'replay', stored, meta} end
 end
-if not redis.call('SET', KEYS[3], ARGV[1], 'NX', 'PX', tonumber(ARGV[2])) then return {'busy', meta} end
+if not redis.call('SET', KEYS[3], ARGV[1], 'NX', 'PX', tonumber(ARGV[2])) then
+  return {'busy', meta, redis.call('PTTL', KEYS[3])}
+end
 if ARGV[4] == '1' then return {'ok', redis.call('GET', KEYS[1]), meta, redis.call('HMGET', KEYS[5], 'version', 'created_at')} end
 return {'ok', redis.call('GET', KEYS[1]), meta}
 """
 
 _RELEASE = r"""
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+# the heartbeat: extend the lease only while it still holds this writer's token (an expired or taken lease stays so)
+_RENEW = r"""
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0
 """
 
@@ -175,6 +188,7 @@ class DocStore:
         self._commit = redis.register_script(_COMMIT)
         self._create = redis.register_script(_CREATE)
         self._release = redis.register_script(_RELEASE)
+        self._renew = redis.register_script(_RENEW)
         self._load = redis.register_script(_LOAD)
         self._begin = redis.register_script(_BEGIN)
         # one script may touch keys of two documents only on a single Redis server, not on a Redis Cluster
@@ -257,7 +271,8 @@ class DocStore:
     async def begin(self, doc_id: str, lease_ms: int, idem_key: str | None = None,
                     peek: str | None = None, count: tuple[str, int, int] | None = None) -> tuple[str, dict, object]:
         """One round trip to start a write: ("gone", {}, None) | ("replay", meta, stored idempotent record)
-        | ("busy", meta, None) | ("ok", meta, (Loaded, lease token)) | ("limited", {}, (count, ms left)).
+        | ("busy", meta, ms until the other writer's lease lapses unless renewed) | ("ok", meta, (Loaded, lease token))
+        | ("limited", {}, (count, ms left)).
 
         `peek`: the meta key of another document (see `meta_key`, e.g. the session's bank) whose version and
         created_at come back in `Loaded.peek` from the same call. Only where `can_peek` (one Redis server: a
@@ -293,21 +308,27 @@ class DocStore:
         if status == "replay":
             return "replay", meta, json.loads(res[1])
         if status == "busy":
-            return "busy", meta, None
+            return "busy", meta, max(int(res[2]), 0) if len(res) > 2 else 0
         peeked = [None if x is None else _s(x) for x in res[3]] if len(res) > 3 else None
         return "ok", meta, (Loaded(codec.loads(res[1]), int(meta["version"]), meta, peeked), token)
 
     def lease(self, doc_id: str, lease_ms: int, idem_key: str | None = None, peek: str | None = None,
-              count: tuple[str, int, int] | None = None) -> Lease:
+              count: tuple[str, int, int] | None = None, heartbeat_ms: int | None = None) -> Lease:
         """`async with store.lease(...) as held:` the one way to write a document (see `Lease`); the arguments are
-        `begin`'s."""
-        return Lease(self, doc_id, lease_ms, idem_key, peek, count)
+        `begin`'s, and `heartbeat_ms` how often the held lease is renewed (None: every lease_ms / 3)."""
+        return Lease(self, doc_id, lease_ms, idem_key, peek, count,
+                     heartbeat_ms if heartbeat_ms is not None else max(lease_ms // 3, 1))
 
     def meta_key(self, doc_id: str) -> str:
         return self.key(doc_id, "meta")
 
     async def release(self, doc_id: str, token: str) -> None:
         await self._run(self._release, keys=[self.key(doc_id, "lock")], args=[token])
+
+    async def renew(self, doc_id: str, token: str, lease_ms: int) -> bool:
+        """Extend the lease `token` to `lease_ms` from now; False if it is no longer held by that token (it lapsed,
+        or another writer took it): then it stays lost, and a commit with that token is refused."""
+        return bool(await self._run(self._renew, keys=[self.key(doc_id, "lock")], args=[token, lease_ms]))
 
     async def get_idem(self, doc_id: str, idem_key: str) -> dict | None:
         raw = await self.r.get(self.key(doc_id, f"idem:{idem_key}"))
@@ -369,16 +390,28 @@ class Lease:
     * `status`: "ok" | "gone" | "busy" | "replay" | "limited" (as `begin`);
     * `meta`: the document's meta ({} when gone or limited);
     * "ok": `loaded` (state, version, meta, peek) and `token` (the lease); "replay": `stored` (the idempotent
-      record); "limited": `limited` (count, ms left).
+      record); "limited": `limited` (count, ms left); "busy": `busy_ms` (ms until the holder's lease lapses unless
+      its heartbeat renews it).
+
+    The heartbeat: while the block runs, every `heartbeat_ms` the lease is extended to `lease_ms` from then
+    (`DocStore.renew`, only while it still holds this token); it stops when the block ends or the commit gives the
+    lease back. A renewal that finds the lease gone sets `lost` and stops: the lease is not taken again, and the
+    commit script refuses this token (VersionConflict "lease"). A renewal that fails (Redis unreachable, or slower
+    than `heartbeat_ms`) is tried again at the next beat; if the lease lapses meanwhile, the same fence holds. So a
+    writer whose heartbeat stopped (its process stalled or died) loses the document `lease_ms` after the last
+    renewal at the latest, and never commits after that.
     """
 
-    __slots__ = ("_begin", "_doc_id", "_store", "limited", "loaded", "meta", "status", "stored", "token")
+    __slots__ = ("_beat", "_begin", "_doc_id", "_every", "_renewing", "_store", "busy_ms", "limited", "loaded",
+                 "lost", "meta", "status", "stored", "token")
 
     def __init__(self, store: DocStore, doc_id: str, lease_ms: int, idem_key: str | None, peek: str | None,
-                 count: tuple[str, int, int] | None):
+                 count: tuple[str, int, int] | None, heartbeat_ms: int):
         self._store, self._doc_id, self._begin = store, doc_id, (lease_ms, idem_key, peek, count)
-        self.status, self.meta = "", {}
-        self.loaded = self.token = self.stored = self.limited = None
+        self._every = heartbeat_ms / 1000
+        self._beat = self._renewing = None
+        self.status, self.meta, self.lost = "", {}, False
+        self.loaded = self.token = self.stored = self.limited = self.busy_ms = None
 
     async def __aenter__(self) -> Self:
         lease_ms, idem_key, peek, count = self._begin
@@ -386,20 +419,57 @@ class Lease:
                                                               count=count)
         if self.status == "ok":
             self.loaded, self.token = got
+            self._beat = asyncio.get_running_loop().call_later(self._every, self._heartbeat)
         elif self.status == "replay":
             self.stored = got
         elif self.status == "limited":
             self.limited = got
+        elif self.status == "busy":
+            self.busy_ms = got
         return self
 
     async def __aexit__(self, *exc) -> None:
+        self._stop()
         if self.token is not None:
             token, self.token = self.token, None
             await asyncio.shield(self._store.release(self._doc_id, token))
 
     def released(self) -> None:
         """A commit with `release=True` gave the lease back: leaving the block does not release it again."""
+        self._stop()
         self.token = None
+
+    # ---- the heartbeat: a timer, then one renewal at a time; nothing runs between steps
+    def _stop(self) -> None:
+        if self._beat is not None:
+            self._beat.cancel()
+            self._beat = None
+        # a renewal in flight is left to finish: after the release it finds another token or none and changes nothing
+
+    def _heartbeat(self) -> None:
+        self._beat = None
+        if self.token is not None:
+            self._renewing = asyncio.ensure_future(self._renew(self.token))
+
+    async def _renew(self, token: str) -> None:
+        lease_ms = self._begin[0]
+        try:
+            async with asyncio.timeout(self._every):
+                kept = await self._store.renew(self._doc_id, token, lease_ms)
+        except (RedisError, OSError, TimeoutError) as e:
+            if self.token != token:
+                return
+            log.warning("lease %s: renewal failed (%s); retrying at the next beat", self._doc_id, e or type(e).__name__)
+            kept = True
+        if self.token != token:
+            return                      # given back while this renewal was on its way: nothing was lost
+        if not kept:
+            # lapsed or taken by another writer; or, rarely, given back by this writer's own commit an instant before
+            # the answer came (the commit's refusal, not this, is what callers report)
+            self.lost = True
+            log.debug("lease %s: renewal found it gone; a commit with this token will be refused", self._doc_id)
+        else:
+            self._beat = asyncio.get_running_loop().call_later(self._every, self._heartbeat)
 
 
 def _is_cluster(redis) -> bool:

@@ -35,3 +35,16 @@ def test_greedy_when_the_model_does_not_sample(tmp_path, monkeypatch):
 def test_sampling_values_are_still_validated(tmp_path):
     with pytest.raises(ValueError):
         Settings(model=str(tmp_path), temperature=3.0)
+
+
+def test_the_lease_is_short_and_its_heartbeat_beats_within_it(tmp_path, monkeypatch):
+    for var in ("EVOHARNESS_STEP_LEASE_MS", "EVOHARNESS_LEASE_HEARTBEAT_MS", "EVOHARNESS_STEP_TIMEOUT_S"):
+        monkeypatch.delenv(var, raising=False)
+    s = Settings(model=str(tmp_path))
+    assert (s.step_lease_ms, s.lease_heartbeat_ms, s.step_timeout_s) == (3000, 1000, 100.0)  # a step outlives a lease
+    assert Settings(model=str(tmp_path), step_lease_ms=900).lease_heartbeat_ms == 300
+    assert Settings(model=str(tmp_path), step_lease_ms=900, lease_heartbeat_ms=800).lease_heartbeat_ms == 800
+    for bad in ({"lease_heartbeat_ms": 3000}, {"lease_heartbeat_ms": 5000}, {"lease_heartbeat_ms": 0},
+                {"step_lease_ms": 0}):
+        with pytest.raises(ValueError):
+            Settings(model=str(tmp_path), **bad)
