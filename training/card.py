@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 from training.export import model_card
@@ -163,6 +164,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.remarks:
         sections["Remarks"] = Path(args.remarks).read_text()
     params = (base or {}).get("params", 0)
+    if policy_json:  # the shipped weights are the adapter's
+        from safetensors import safe_open
+        with safe_open(str(policy / policy_json["adapter"] / "adapter_model.safetensors"), "pt") as f:
+            params = sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())  # noqa: SIM118
     model_card(policy, params, sections)
     copy_plots(work, policy)
     print((policy / "MODEL_CARD.md").read_text())
