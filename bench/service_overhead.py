@@ -6,7 +6,8 @@ Starts a private redis-server and two single-worker uvicorn processes: the EvoHa
 ScriptedEngine (bench/service_scripted_app.py: every step = perception, one policy turn, Lua commit, audit) and
 the echo app (parse the same JSON body, SET + GET it in Redis). N concurrent sessions each send `--steps` steps
 (the echo side: N concurrent clients, the same number of requests), at least --min-requests per side, echo and
-service alternating --rounds times. Prints p50/p99 client-side latency of each and the ratio. The scripted engine costs nothing, so the service column is the service's own overhead.
+service alternating --rounds times. Prints p50/p99 client-side latency of each and the ratio. The scripted engine
+costs nothing, so the service column is the service's own overhead.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ OBS = "You arrive at countertop 1. On the countertop 1, you see a apple 1, a kni
 def start(factory: str, redis_url: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
     # the per-key rate limit stays on (its Redis round trip is part of every request) but far above the bench load
-    env = {**os.environ, "REDIS_URL": redis_url, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "EVOHARNESS_AUTH": "off",
-           "EVOHARNESS_RATE_LIMIT": "1000000000"}
+    env = {**os.environ, "REDIS_URL": redis_url, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+           "EVOHARNESS_AUTH": "off", "EVOHARNESS_RATE_LIMIT": "1000000000"}
     p = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", f"bench.service_scripted_app:{factory}",
                           "--port", str(port), "--log-level", "warning", "--no-access-log"], cwd=ROOT, env=env)
     url = f"http://127.0.0.1:{port}"
@@ -61,7 +62,7 @@ async def run_service(url: str, n: int, steps: int) -> list[float]:
                 for _ in range(n)]
 
         async def one(sid):
-            for i in range(steps):
+            for _ in range(steps):
                 t = time.perf_counter()
                 r = await c.post(f"/v1/sessions/{sid}/step", json={"observation": OBS, "admissible_actions": ROOM})
                 lat.append(time.perf_counter() - t)
@@ -76,7 +77,7 @@ async def run_echo(url: str, n: int, steps: int) -> list[float]:
     limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as c:
         async def one(k):
-            for i in range(steps):
+            for _ in range(steps):
                 t = time.perf_counter()
                 r = await c.post(f"/echo/s{k}", json={"observation": OBS, "admissible_actions": ROOM})
                 lat.append(time.perf_counter() - t)

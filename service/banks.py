@@ -144,7 +144,8 @@ class BankService:
                 c["harness_cap"] = body.harness_cap
             if body.clear_harness_cap:
                 c["harness_cap"] = None
-            for eid, flag in [(i, True) for i in body.pin_entries or []] + [(i, False) for i in body.unpin_entries or []]:
+            for eid, flag in ([(i, True) for i in body.pin_entries or []]
+                              + [(i, False) for i in body.unpin_entries or []]):
                 if eid not in s["entries"]:
                     raise ApiError(404, "Entry not found", f"bank {name!r} has no entry {eid!r}")
                 s["entries"][eid]["pinned"] = flag

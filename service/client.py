@@ -32,7 +32,8 @@ from typing import Any
 import httpx
 
 __all__ = ["EvoHarnessClient", "AsyncEvoHarnessClient", "ApiError", "BadRequest", "NotFound", "Conflict",
-           "PayloadTooLarge", "Unprocessable", "Unavailable", "Unauthorized", "Forbidden", "RateLimited", "Created", "Step", "Turn", "Usage", "RetryPolicy"]
+           "PayloadTooLarge", "Unprocessable", "Unavailable", "Unauthorized", "Forbidden", "RateLimited", "Created",
+           "Step", "Turn", "Usage", "RetryPolicy"]
 
 RETRY_STATUS = frozenset({429, 503, 504})   # none of them wrote anything
 
@@ -97,8 +98,8 @@ class Unavailable(ApiError):
     """503 (Redis or engine down) or 504 (engine timeout), still failing after the retries; nothing was written."""
 
 
-_BY_STATUS = {400: BadRequest, 401: Unauthorized, 403: Forbidden, 429: RateLimited, 404: NotFound, 409: Conflict, 413: PayloadTooLarge, 422: Unprocessable,
-              503: Unavailable, 504: Unavailable}
+_BY_STATUS = {400: BadRequest, 401: Unauthorized, 403: Forbidden, 429: RateLimited, 404: NotFound, 409: Conflict,
+              413: PayloadTooLarge, 422: Unprocessable, 503: Unavailable, 504: Unavailable}
 
 
 def error_for(resp: httpx.Response) -> ApiError:

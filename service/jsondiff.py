@@ -43,14 +43,14 @@ def equal(x, y) -> bool:
     if t is dict:
         if len(x) != len(y):
             return False
-        for k, v in x.items():
+        for k, v in x.items():  # noqa: SIM110 - a plain loop: this runs on every committed step
             if k not in y or not equal(v, y[k]):
                 return False
         return True
     if t is list:
         if len(x) != len(y):
             return False
-        for u, v in zip(x, y):
+        for u, v in zip(x, y):  # noqa: SIM110 - as above
             if not equal(u, v):
                 return False
         return True

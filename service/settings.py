@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-
 from pathlib import Path
 from typing import Literal
 
@@ -104,7 +103,7 @@ class Settings(BaseSettings):
     rate_window_s: float = Field(60.0, gt=0, description="rate-limit window (fixed, per key, counted in Redis)")
 
     @model_validator(mode="after")
-    def _sampling_from_model(self) -> "Settings":
+    def _sampling_from_model(self) -> Settings:
         """A policy folder says how it is meant to be sampled (generation_config.json), as HF checkpoints do."""
         if self.temperature is None or self.top_p is None:
             gen = model_sampling_defaults(self.model)

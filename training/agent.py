@@ -36,7 +36,8 @@ class HarnessAgent:
         self.state["belief"]["task_type"] = self.domain.task_type(task)
         self.outcomes: list[StepOutcome] = []
 
-    async def step(self, observation: str, admissible: list[str] | None, won: bool | None = None) -> tuple[str, StepOutcome]:
+    async def step(self, observation: str, admissible: list[str] | None,
+                   won: bool | None = None) -> tuple[str, StepOutcome]:
         observed = observe(self.state, self.domain, observation, admissible, won)
         outcome = await run_step(observed, self.domain, self.engine, bank_entries=self.bank["entries"],
                                  bank_controls=self.bank.get("controls"), sampling=self.sampling)
@@ -80,7 +81,7 @@ class EnginePolicy:
                         "prompt_tokens": sum(t.prompt_tokens for t in out.turns),
                         "completion_tokens": sum(t.completion_tokens for t in out.turns)}
 
-    def fork(self) -> "EnginePolicy":
+    def fork(self) -> EnginePolicy:
         """A twin for another episode played at the same time: same engine, event loop, mode, bank and sampling;
         its own episode state. The engine batches the twins' requests (see training.evaluate --concurrency)."""
         twin = copy.copy(self)

@@ -10,8 +10,8 @@ Each (split, mode) plays its games with ``training.agent.EnginePolicy`` over one
 ``service.bank.evolver.consolidate`` after every window of ``--window`` episodes, as the service does.
 
 Reports per (split, mode): success % per task type, mean steps, harness calls per episode by verb, harness tokens
-per episode (what harness content writes into the context, see ``RecordingPolicy``), tokens per episode, bank size — ``<out>/eval.json``, ``<out>/eval.md`` (markdown table) and
-``<out>/eval.png``.
+per episode (what harness content writes into the context, see ``RecordingPolicy``), tokens per episode, bank size —
+``<out>/eval.json``, ``<out>/eval.md`` (markdown table) and ``<out>/eval.png``.
 """
 
 from __future__ import annotations
@@ -262,8 +262,9 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(str(model))
     from service.policy.render import transcript_chars_for
+    # one engine and event loop for every split and mode
     policy = RecordingPolicy(engine, sampling=sampling, transcript_chars=transcript_chars_for(context),
-                             count_tokens=lambda text: len(tok(text, add_special_tokens=False)["input_ids"]))  # one engine and event loop for every split and mode
+                             count_tokens=lambda text: len(tok(text, add_special_tokens=False)["input_ids"]))
     slots = EpisodeSlots(policy, min(args.concurrency, args.window), args.max_steps)
     try:
         for split in args.split:

@@ -93,7 +93,10 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
     work = Path(cfg.work)
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    done = lambda p: Path(p).exists() and not force
+
+    def done(p) -> bool:
+        return Path(p).exists() and not force
+
     if "games" in cfg.stages:
         sh("training.envs.alfworld.generate", "--split", "train", "--count", str(cfg.train_games))
         sh("training.envs.alfworld.generate", "--split", "valid_seen", "--count", str(cfg.valid_seen_games))
@@ -115,7 +118,8 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
     if "sft" in cfg.stages and not done(work / "sft" / "model"):
         sh("training.sft", "--base", base, "--data", cfg.teacher_out, "--out", str(work / "sft"),
            "--max-steps", str(cfg.sft_steps), "--lm-steps", str(cfg.lm_steps), "--lr", str(cfg.sft_lr),
-           "--batch", str(cfg.sft_batch), "--modes", json.dumps(cfg.sft_modes), "--max-length", str(cfg.sft_max_length), "--threads", str(cfg.threads),
+           "--batch", str(cfg.sft_batch), "--modes", json.dumps(cfg.sft_modes), "--max-length", str(cfg.sft_max_length),
+           "--threads", str(cfg.threads),
            *(["--lora", "--lora-r", str(cfg.lora_r), "--lora-from-layer", str(cfg.lora_from_layer)]
              if pretrained else []),
            *(["--bf16"] if cfg.bf16_autocast and cpu_has_bf16() else []))

@@ -57,7 +57,8 @@ def build_engine(settings: Settings) -> Engine:
         return make_engine("remote", urls=settings.remote_urls, model=settings.model, adapter=settings.adapter,
                            timeout_s=settings.engine_timeout_s)
     return make_engine(settings.engine, model=settings.model, adapter=settings.adapter,
-                       max_model_len=settings.max_model_len or model_context_len(settings.model), kv_cache_gib=settings.kv_cache_gib,
+                       max_model_len=settings.max_model_len or model_context_len(settings.model),
+                       kv_cache_gib=settings.kv_cache_gib,
                        enforce_eager=settings.enforce_eager, seed=settings.seed or 0,
                        timeout_s=settings.engine_timeout_s,
                        **({"dtype": settings.dtype} if settings.engine in ("vllm", "local", "vllm_local") else {}))

@@ -85,7 +85,7 @@ class _Bank:
         return not e["pinned"] and e["uses"] < DELETE_VETO_USES
 
 
-def count_usage(b: "_Bank", ev: dict) -> None:
+def count_usage(b: _Bank, ev: dict) -> None:
     """Rule 1 (shared by every evolver): episodes, wins, and uses/failures of recalled entries."""
     b.s["episodes"] += 1
     b.s["wins"] += bool(ev.get("won"))

@@ -4,7 +4,6 @@ Nothing here talks to Redis or to a model. The service drives it over Redis
 (`service.store`), training drives the very same functions in memory.
 """
 
-from service.harness.state import MODES, MODULES, VERBS, VERB_MODULE, new_state
 from service.harness.ops import (
     HarnessError,
     allowed_verbs,
@@ -13,6 +12,7 @@ from service.harness.ops import (
     effective_controls,
     observe,
 )
+from service.harness.state import MODES, MODULES, VERB_MODULE, VERBS, new_state
 
 __all__ = [
     "MODES", "MODULES", "VERBS", "VERB_MODULE", "new_state",

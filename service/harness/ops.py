@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 
 from service.domains.base import Domain
-from service.harness.experience import top_k_entries, format_entries
+from service.harness.experience import format_entries, top_k_entries
 from service.harness.state import DEFAULT_NOTES_CAP, FINISHED_STATUSES, VERB_MODULE, VERBS
 
 

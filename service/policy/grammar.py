@@ -13,7 +13,13 @@ import functools
 import re
 
 from service.policy.wire import (
-    ACTION_CLOSE, ACTION_OPEN, ARG_MAX_CHARS, FREE_ACTION_MAX_CHARS, THINK_CLOSE, THINK_MAX_CHARS, THINK_OPEN,
+    ACTION_CLOSE,
+    ACTION_OPEN,
+    ARG_MAX_CHARS,
+    FREE_ACTION_MAX_CHARS,
+    THINK_CLOSE,
+    THINK_MAX_CHARS,
+    THINK_OPEN,
 )
 
 # printable ASCII minus < and > : 0x20-0x3B, 0x3D, 0x3F-0x7E

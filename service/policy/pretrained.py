@@ -71,7 +71,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
 GENERATION_FILE = "generation_config.json"
 
-_LORA_KEY = re.compile(r"^(?:base_model\.model\.)?(?P<module>.+)\.lora_(?P<ab>[AB])(?:\.[^.]+)?\.(?P<param>weight|bias)$")
+_LORA_KEY = re.compile(r"^(?:base_model\.model\.)?(?P<module>.+)\.lora_(?P<ab>[AB])(?:\.[^.]+)?"
+                       r"\.(?P<param>weight|bias)$")
 # LoraConfig fields whose non-default value changes what merging means; merge_lora refuses them
 _UNSUPPORTED = ("use_dora", "use_qalora", "alora_invocation_tokens", "layer_replication", "target_parameters",
                 "trainable_token_indices", "megatron_config", "use_bdlora", "arrow_config", "kasa_config",
@@ -372,7 +373,8 @@ def _merge(base_dir: Path, adapter_dir: Path, files_from: Sequence[Path], out: P
         if cfg.get("fan_in_fan_out"):
             delta = delta.T
         if delta.shape != weights[wkey].shape:
-            raise ValueError(f"{adapter_dir}: {module}: delta {tuple(delta.shape)} vs base {tuple(weights[wkey].shape)}")
+            raise ValueError(f"{adapter_dir}: {module}: delta {tuple(delta.shape)} "
+                             f"vs base {tuple(weights[wkey].shape)}")
         weights[wkey] = weights[wkey] + delta
         if "B.bias" in parts:  # lora_bias=True
             bkey = f"{module}.bias"
@@ -455,10 +457,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     t0 = time.perf_counter()
     try:
-        if args.merge:
-            out = resolve_policy_dir(args.merge, merged_root=args.root)
-        else:
-            out = ensure_base(args.base, args.root)
+        out = (resolve_policy_dir(args.merge, merged_root=args.root) if args.merge
+               else ensure_base(args.base, args.root))
     except (PretrainedUnavailable, ValueError, OSError, NotImplementedError) as e:
         p.exit(2, f"error: {e}\n")
     import sys

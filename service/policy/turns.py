@@ -138,10 +138,10 @@ async def run_step(
         ))
         try:
             d = parse(gen.text, s["admissible"], ti.verbs)
-        except ParseError:
+        except ParseError as err:
             invalid += 1
             if invalid > sampling.max_invalid:
-                raise PolicyOutputError(f"{invalid} unparseable outputs in one step; last: {gen.text[:200]!r}")
+                raise PolicyOutputError(f"{invalid} unparseable outputs in one step; last: {gen.text[:200]!r}") from err
             continue
         phash = hashlib.sha256(ti.prompt.encode()).hexdigest()[:16]
         common = dict(prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens,

@@ -127,7 +127,7 @@ def test_k8s_manifests_cross_reference():
         for v in pod(name)["spec"].get("volumes", []):
             if "persistentVolumeClaim" in v:
                 assert v["persistentVolumeClaim"]["claimName"] in pvcs
-    for name, s in svcs.items():                       # every Service selects a workload and names its port
+    for s in svcs.values():                       # every Service selects a workload and names its port
         (target,) = [d for d in deps.values()
                      if s["spec"]["selector"].items() <= d["spec"]["template"]["metadata"]["labels"].items()]
         ports = {p["name"]: p["containerPort"] for c in target["spec"]["template"]["spec"]["containers"]

@@ -3,9 +3,9 @@
 Real components: `prometheus` (Debian package) on a loopback port, scraping every 1 s and evaluating
 deploy/prometheus/evoharness.rules.yml every 1 s, with the compose config's `evoharness` job; `evoharness serve`
 with the tiny untrained model in its in-process vLLM engine (temperature 2, so the random policy does call harness
-verbs; the engine's default seed 0 makes a run repeatable) and a redis-server this test owns. The test drives ALFWorld-style sessions through the HTTP API and tallies,
-from the API's answers (steps, audit events with per-turn usage, states, consolidation ops), what every
-`evoharness_*` family must have counted:
+verbs; the engine's default seed 0 makes a run repeatable) and a redis-server this test owns. The test drives
+ALFWorld-style sessions through the HTTP API and tallies, from the API's answers (steps, audit events with per-turn
+usage, states, consolidation ops), what every `evoharness_*` family must have counted:
 
 * harness verbs: for each verb, sessions whose operator controls (session PATCH) allow only that verb, with a
   per-step cap of 1, until the policy called it; a session whose controls allow `commit` only from step 5 on
@@ -541,7 +541,8 @@ def expected(p: Tally, before: Tally, s: float, bank: dict, active: int) -> dict
             between(0.99, p.total_lo, p.total_hi),
         'histogram_quantile(0.99, sum by (le) (rate(evoharness_step_seconds_bucket{part="store"}[W])))':
             between(0.99, [0.0] * len(p.store_hi), p.store_hi),
-        'sum by (outcome) (rate(evoharness_steps_total[W]))': {L(outcome=o): p.c["steps"][o] / s for o in seen["steps"]},
+        'sum by (outcome) (rate(evoharness_steps_total[W]))':
+            {L(outcome=o): p.c["steps"][o] / s for o in seen["steps"]},
         'max(evoharness_active_sessions)': {L(): active},
         'sum by (status) (rate(evoharness_http_errors_total[W]))':
             {L(status=st): p.c["errors"][st] / s for st in seen["errors"]},

@@ -65,8 +65,8 @@ def test_serve_needs_redis_server_only_without_redis_url(tmp_path):
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 @pytest.mark.parametrize("target", ["test", "serve"])
 def test_make_runs_the_check_before_anything_else(target):
-    dry = subprocess.run(["make", "--no-print-directory", "-n", target], check=False, cwd=ROOT,
-                         capture_output=True, text=True, timeout=30, env={**os.environ, "MAKEFLAGS": "", "MAKELEVEL": ""})
+    dry = subprocess.run(["make", "--no-print-directory", "-n", target], check=False, cwd=ROOT, capture_output=True,
+                         text=True, timeout=30, env={**os.environ, "MAKEFLAGS": "", "MAKELEVEL": ""})
     assert dry.returncode == 0, dry.stderr
     assert dry.stdout.splitlines()[0] == f"scripts/system_deps.sh {target}"
 

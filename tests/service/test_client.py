@@ -10,12 +10,22 @@ import httpx
 import pytest
 
 from service.cli import main as cli
-from service.client import (AsyncEvoHarnessClient, Conflict, EvoHarnessClient, NotFound, PayloadTooLarge,
-                            RetryPolicy, Step, Unavailable, Unprocessable)
+from service.client import (
+    AsyncEvoHarnessClient,
+    Conflict,
+    EvoHarnessClient,
+    NotFound,
+    PayloadTooLarge,
+    RetryPolicy,
+    Step,
+    Unavailable,
+    Unprocessable,
+)
 from tests.deploy.live_server import live_server
 
 ROOM = ["go to countertop 1", "go to fridge 1", "go to sinkbasin 1", "look", "inventory"]
-OBS = "You are in the middle of a room. Looking quickly around you, you see a countertop 1, a fridge 1, and a sinkbasin 1."
+OBS = ("You are in the middle of a room. Looking quickly around you, you see a countertop 1, a fridge 1, "
+       "and a sinkbasin 1.")
 TASK = "Your task is to: put a clean apple in fridge."
 FAST = RetryPolicy(attempts=3, backoff_s=0.01)
 
@@ -54,7 +64,7 @@ def test_session_round_trip(url):
         created = evo.create_session(TASK, domain="alfworld", harness_cap=1)
         assert created.version == 0 and len(created.session_id) == 32
         v = 0
-        for i in range(3):
+        for _ in range(3):
             step = evo.step(created.session_id, OBS, ROOM)
             assert isinstance(step, Step) and step.action in ROOM
             assert step.turns[-1].kind == "env" and step.turns[-1].arg == step.action

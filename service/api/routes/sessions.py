@@ -9,8 +9,17 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic_core import to_json
 
-from service.api.deps import (UNCOUNTED_OPENAPI, CanAudit, CanControlSession, CanCreate, CanDelete, CanEnd,
-                              CanReadState, CanStepUncounted, SessionsDep)
+from service.api.deps import (
+    UNCOUNTED_OPENAPI,
+    CanAudit,
+    CanControlSession,
+    CanCreate,
+    CanDelete,
+    CanEnd,
+    CanReadState,
+    CanStepUncounted,
+    SessionsDep,
+)
 from service.api.fast_route import StepRoute
 from service.api.schemas import AuditPage, EndIn, SessionControls, SessionCreate, SessionCreated, StepIn, StepOut
 from service.problems import ApiError

@@ -28,7 +28,8 @@ def verbs_in(regex: str) -> set[str]:
 async def test_session_controls_disable_verbs_cap_and_pin(app_factory, vllm_engine):
     rec = Recording(vllm_engine)
     async with app_factory(engine=rec) as c:
-        sid = (await c.post("/v1/sessions", json={"task": "put a pen in drawer", "domain": "alfworld"})).json()["session_id"]
+        created = await c.post("/v1/sessions", json={"task": "put a pen in drawer", "domain": "alfworld"})
+        sid = created.json()["session_id"]
         base = f"/v1/sessions/{sid}"
         await c.post(f"{base}/step", json={"observation": "You see a desk 1.", "admissible_actions": ADM})
         assert verbs_in(rec.requests[0].regex) == {"track", "commit", "recall", "note"}

@@ -69,7 +69,8 @@ async def test_observation_size(app_factory):
 async def test_admissible_action_count_and_length(app_factory):
     async with app_factory(max_admissible=3, max_action_chars=20) as c:
         sid, before = await _session(c)
-        r = await c.post(f"/v1/sessions/{sid}/step", json={"observation": "o", "admissible_actions": ["a", "b", "c", "d"]})
+        r = await c.post(f"/v1/sessions/{sid}/step",
+                         json={"observation": "o", "admissible_actions": ["a", "b", "c", "d"]})
         _problem(r, 422, "limit 3", "admissible_actions")
         r = await c.post(f"/v1/sessions/{sid}/step", json={"observation": "o", "admissible_actions": ["x" * 21]})
         _problem(r, 422, "admissible_actions.0", "1-20")
@@ -114,7 +115,8 @@ async def test_per_step_harness_call_cap_is_enforced(app_factory, vllm_engine):
     hungry = VerbHungry(vllm_engine)
     async with app_factory(engine=hungry) as c:
         sid, _ = await _session(c, harness_cap=2)
-        r = await c.post(f"/v1/sessions/{sid}/step", json={"observation": "You see a desk 1.", "admissible_actions": ADM})
+        r = await c.post(f"/v1/sessions/{sid}/step",
+                         json={"observation": "You see a desk 1.", "admissible_actions": ADM})
         assert r.status_code == 200, r.text
         out = r.json()
         assert out["usage"]["harness_calls"] == 2 and [t["kind"] for t in out["turns"]] == ["harness", "harness", "env"]
@@ -139,7 +141,8 @@ async def test_rate_limit_per_key_shared_by_replicas(app_factory, redis_url):
             assert 1 <= int(r.headers["retry-after"]) <= 30 and p["retry_after"] == int(r.headers["retry-after"])
             _problem(await c.get("/v1/banks/default", headers=auditor), 429)
             # another key of the same tenant has its own budget; a refused request wrote nothing
-            assert (await c.post("/v1/sessions", json={"task": "t"}, headers=bearer("acme", "agent"))).status_code == 201
+            other = await c.post("/v1/sessions", json={"task": "t"}, headers=bearer("acme", "agent"))
+            assert other.status_code == 201
 
 
 async def test_rate_limit_window_expires(app_factory):

@@ -22,7 +22,8 @@ async def test_twenty_steps_end_to_end(app_factory):
         assert version == 0
         n_turns = 0
         for i in range(20):
-            r = await c.post(f"/v1/sessions/{sid}/step", json={"observation": observation(i), "admissible_actions": ROOM})
+            r = await c.post(f"/v1/sessions/{sid}/step",
+                             json={"observation": observation(i), "admissible_actions": ROOM})
             assert r.status_code == 200, r.text
             body = r.json()
             # the step writes its body itself: the same bytes as FastAPI's StepOut serialization of it

@@ -45,15 +45,14 @@ def rows(dom: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def session(tiny_model, tmp_path_factory):
-    with live_server(tiny_model, tmp_path_factory.mktemp("ui") / "serve.log") as url:
-        with EvoHarnessClient(url) as evo:
-            sid = evo.create_session("Your task is to: put a clean apple in fridge.", domain="alfworld",
-                                     harness_cap=2).session_id
-            for obs in OBS:
-                evo.step(sid, obs, ROOM)
-            evo.set_controls(sid, pin_beliefs={"apple 1": {"type": "object", "at": "countertop 1"}})
-            evo.end(sid, won=False)
-            yield url, sid, evo.audit_all(sid)
+    with live_server(tiny_model, tmp_path_factory.mktemp("ui") / "serve.log") as url, EvoHarnessClient(url) as evo:
+        sid = evo.create_session("Your task is to: put a clean apple in fridge.", domain="alfworld",
+                                 harness_cap=2).session_id
+        for obs in OBS:
+            evo.step(sid, obs, ROOM)
+        evo.set_controls(sid, pin_beliefs={"apple 1": {"type": "object", "at": "countertop 1"}})
+        evo.end(sid, won=False)
+        yield url, sid, evo.audit_all(sid)
 
 
 def test_timeline_shows_every_event(session, tmp_path):

@@ -11,11 +11,13 @@ def ev(sid, won=True, **kw):
 
 
 def test_won_episodes_teach_search_priorities_and_plans():
-    bank, ops = consolidate(new_bank(), [ev("s1", found=[["apple", "countertop"]], plan=["find apple", "put apple"])], 1)
+    bank, ops = consolidate(new_bank(), [ev("s1", found=[["apple", "countertop"]],
+                                            plan=["find apple", "put apple"])], 1)
     texts = sorted(e["text"] for e in bank["entries"].values())
     assert texts == ["apple is usually at countertop", "pick_and_place_simple: find apple -> put apple"]
     assert [o["op"] for o in ops] == ["add", "add"]
-    bank, ops = consolidate(bank, [ev("s2", found=[["apple", "diningtable"]]), ev("s3", found=[["apple", "diningtable"]])], 2)
+    bank, ops = consolidate(bank, [ev("s2", found=[["apple", "diningtable"]]),
+                                   ev("s3", found=[["apple", "diningtable"]])], 2)
     where = next(e for e in bank["entries"].values() if e["key"] == "where:apple")
     assert where["text"] == "apple is usually at diningtable, countertop"
     assert where["evidence"] == 3 and [o["op"] for o in ops] == ["update", "update"]

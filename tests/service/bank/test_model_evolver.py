@@ -8,7 +8,8 @@ from service.bank.model_evolver import OPS_SCHEMA, apply_ops
 
 
 def bank_with_entries():
-    bank, _ = consolidate(new_bank(), [{"session_id": "a", "won": True, "notes": ["look in the fridge", "check sinks"]}], 1)
+    bank, _ = consolidate(new_bank(),
+                          [{"session_id": "a", "won": True, "notes": ["look in the fridge", "check sinks"]}], 1)
     return bank  # e1 "look in the fridge", e2 "check sinks"
 
 

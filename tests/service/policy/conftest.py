@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from service.embedded_redis import free_port
-import pytest
 
 # Fast, reliable start on a small CPU box (measured; docs/engines.md). Set before vLLM/torch are imported.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -111,7 +111,8 @@ def test_missing_package_names_the_install_command(monkeypatch):
 
 LORA_CONFIGS = {
     "plain": dict(r=4, lora_alpha=8),
-    "rslora+patterns": dict(r=4, lora_alpha=8, use_rslora=True, rank_pattern={"v_proj": 2}, alpha_pattern={"v_proj": 3}),
+    "rslora+patterns": dict(r=4, lora_alpha=8, use_rslora=True, rank_pattern={"v_proj": 2},
+                            alpha_pattern={"v_proj": 3}),
 }
 
 

@@ -89,7 +89,7 @@ def test_alfworld_prompts_omit_the_admissible_list_and_the_transcript_is_bounded
     task = "put a pen in drawer"
     s = new_state(task=task, domain="alfworld", mode="env_only", bank="b", initial_belief=dom.initial_belief(task))
     obs = "You arrive at desk 1. On the desk 1, you see a pen 1." + " x" * 200
-    for i in range(100):
+    for _ in range(100):
         s = observe(s, dom, obs, ["go to desk 1", "look"])
         ti = prepare_turn(s, {}, None)
         assert "Admissible:" not in ti.prompt

@@ -76,7 +76,7 @@ async def test_session_on_redis_cluster(cluster, vllm_engine):
     async with Client(app) as c:
         assert (await c.get("/readyz")).status_code == 200
         sids = []
-        for i in range(12):   # several sessions: their hash tags land on different masters
+        for _ in range(12):   # several sessions: their hash tags land on different masters
             r = await c.post("/v1/sessions", json={"task": "put a pen in drawer", "domain": "alfworld"})
             assert r.status_code == 201, r.text
             sids.append(r.json()["session_id"])

@@ -6,8 +6,16 @@ import json
 
 import httpx
 
-from training.envs.alfworld.driver import (CallablePolicy, ExpertPolicy, HTTPPolicy, Policy, format_table, main,
-                                           play_games, summarize)
+from training.envs.alfworld.driver import (
+    CallablePolicy,
+    ExpertPolicy,
+    HTTPPolicy,
+    Policy,
+    format_table,
+    main,
+    play_games,
+    summarize,
+)
 
 
 def first_admissible(task, observation, admissible):

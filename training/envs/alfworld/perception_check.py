@@ -168,7 +168,7 @@ class Score:
             else:
                 self.errors[("missed", f[0])] += 1
 
-    def merge(self, other: "Score") -> None:
+    def merge(self, other: Score) -> None:
         for a in ("tp_p", "n_b", "tp_r", "n_s", "errors"):
             getattr(self, a).update(getattr(other, a))
 
@@ -371,7 +371,8 @@ def find_games(split: str, root: str | None = None) -> list[str]:
         candidates.append(paths.split_dir(split))
     except ImportError:  # pragma: no cover - the generator package is optional here
         pass
-    candidates.append(REPO / "tests" / "fixtures" / "alfworld" if split == "fixtures" else REPO / "data" / "alfworld" / split)
+    candidates.append(REPO / "tests" / "fixtures" / "alfworld" if split == "fixtures"
+                      else REPO / "data" / "alfworld" / split)
     for c in candidates:
         games = sorted(str(p) for p in Path(c).rglob("game.tw-pddl")) if Path(c).is_dir() else []
         if games:

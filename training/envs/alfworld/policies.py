@@ -8,7 +8,7 @@ then ``act(observation, admissible, won, done) -> (action, info)`` once per envi
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 
 class ExpertPolicy:

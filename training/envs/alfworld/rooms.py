@@ -88,7 +88,7 @@ def all_room_numbers() -> list[int]:
     return sorted(int(p.name[len("FloorPlan"):-len("-objects.json")]) for p in layouts_dir().glob("*-objects.json"))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_room(number: int) -> Room:
     folder = layouts_dir()
     present = set(json.loads((folder / f"FloorPlan{number}-objects.json").read_text()))
