@@ -1,11 +1,12 @@
 # make serve   - serve the default policy (embedded Redis unless REDIS_URL is set)
-# make test    - install what is missing and run every test
+# make test    - install what is missing, then ruff and every test
+# make test-fast - the same without the tests marked slow (vLLM, server processes, ALFWorld games, browser, bench)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 export ALFWORLD_DATA ?= $(CURDIR)/data/alfworld-home
 
-.PHONY: install serve test model policy clean system-deps-serve system-deps-test
+.PHONY: install serve test test-fast model policy clean system-deps-serve system-deps-test
 
 install:
 	scripts/setup_venv.sh $(VENV) cpu,train,dev
@@ -15,7 +16,13 @@ serve: system-deps-serve install
 	EVOHARNESS_AUTH=$${EVOHARNESS_AUTH:-off} $(PY) -m service.cli serve $(ARGS)
 
 test: system-deps-test install
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+# the edit-test loop: `slow` is set in tests/conftest.py
+test-fast: system-deps-test install
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q -p no:cacheprovider -m "not slow" $(PYTEST_ARGS)
 
 # reproduce models/default-policy end to end (generate -> teacher -> LM+SFT -> GRPO -> export -> evaluate);
 # finished stages are reused, FORCE=--force reruns them

@@ -18,6 +18,38 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # Tests run the service in dev mode (auth off) unless they configure keys: tests/service/api/test_auth*.py do.
 os.environ.setdefault("EVOHARNESS_AUTH", "off")
 
+# `slow`: tests that start a vLLM engine, an `evoharness serve` or uvicorn process, play ALFWorld games on the
+# TextWorld engine, drive a browser or run a bench. `make test-fast` (pytest -m "not slow") leaves them out for the
+# edit-test loop; `make test` runs everything. They are found by the fixtures they use, or listed here by file or
+# test, so that no test file has to carry the mark.
+SLOW_FIXTURES = frozenset({
+    "tiny_model",                                  # only built for a vLLM engine or a served stack
+    "vllm_engine", "app_factory", "vllm_servers",  # a real vLLM engine (in process, or as servers)
+    "alf_games", "alf_envs", "expert_results",     # ALFWorld games on the real engine
+})
+SLOW_TESTS = (
+    "tests/bench/",
+    "tests/deploy/test_multiworker.py",            # uvicorn workers
+    "tests/deploy/test_prometheus_e2e.py",
+    "tests/deploy/test_schemathesis.py",
+    "tests/service/api/test_default_policy_games.py",
+    "tests/service/policy/test_pretrained.py",     # converts the GGUF base, merges LoRA, loads it in vLLM
+    "tests/service/test_serve_shutdown.py",        # `evoharness serve` processes
+    "tests/test_readme.py::test_readme_walkthrough_runs",
+    "tests/training/test_smoke_chain.py",
+    "tests/training/test_evaluate.py::test_concurrent_episodes_report_every_game_in_order_with_its_own_harness_record",
+    "tests/training/test_search_expert.py::test_search_expert_wins_fixture_games_of_every_task_type",
+    "tests/training/envs/test_perception_check.py::test_perception_check_on_fixture_games",
+    "tests/training/envs/test_alfworld_generator.py::test_generate_split_cli_with_workers_and_cache",
+    "tests/training/envs/test_alfworld_driver.py::test_driver_cli_writes_json_and_prints_a_table",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if SLOW_FIXTURES.intersection(item.fixturenames) or item.nodeid.startswith(SLOW_TESTS):
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(scope="session")
 def redis_url():
