@@ -1,18 +1,31 @@
-"""Write the policy's MODEL_CARD.md from what the pipeline measured (teacher stats, SFT, GRPO, evaluations).
+"""python -m training.card --policy models/default-policy --work runs/policy --teacher data/teacher
 
-    CPU/GPU:  python -m training.card --policy models/default-policy --work runs/policy --teacher data/teacher
+Write the policy's MODEL_CARD.md from what the pipeline measured (teacher stats, SFT, GRPO, evaluations). Settings:
+``CardConfig`` (``--help`` lists them; ``--config FILE.json`` reads them from a file, see ``training.cli``).
 
 Every figure is read from the run's own reports; nothing is typed in by hand except ``--remarks``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from training import cli
 from training.export import model_card
+
+
+@dataclass
+class CardConfig:
+    """Model card settings."""
+
+    policy: str = field(default="models/default-policy", metadata={"help": "policy folder (MODEL_CARD.md goes there)"})
+    work: str = field(default="runs/policy", metadata={"help": "the pipeline's work folder (its reports)"})
+    teacher: str = field(default="data/teacher", metadata={"help": "teacher folder (stats.json)"})
+    remarks: str | None = field(default=None, metadata={
+        "help": "markdown file with remarks (limits, what was tried)"})
 
 
 def _read(path: Path):
@@ -124,13 +137,12 @@ def copy_plots(work: Path, policy: Path) -> None:
             shutil.copy(src, policy / name)
 
 
+def parse_args(argv: list[str] | None = None) -> CardConfig:
+    return cli.parse(CardConfig, argv, __doc__)
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Write MODEL_CARD.md from the run's reports.")
-    ap.add_argument("--policy", default="models/default-policy")
-    ap.add_argument("--work", default="runs/policy")
-    ap.add_argument("--teacher", default="data/teacher")
-    ap.add_argument("--remarks", default=None, help="markdown file with remarks (limits, what was tried)")
-    args = ap.parse_args(argv)
+    args = parse_args(argv)
     work, policy = Path(args.work), Path(args.policy)
     base = _read(next(work.glob("base-*/base_model.json"), Path("-"))) or {}
     policy_json = _read(policy / "policy.json")

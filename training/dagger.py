@@ -1,7 +1,7 @@
-"""DAgger: the trained policy plays train games; the search expert labels every state the policy reaches.
+"""python -m training.dagger --model runs/policy/sft-export --games data/alfworld/train --n 200 --round 1
 
-    CPU:  python -m training.dagger --model runs/policy/sft-export --games data/alfworld/train --n 200 \
-              --out data/teacher --round 1
+DAgger: the trained policy plays train games; the search expert labels every state the policy reaches. Settings:
+``DaggerConfig`` (``--help`` lists them; ``--config FILE.json`` reads them from a file, see ``training.cli``).
 
 The policy plays through the service's runtime and the vLLM engine exactly as in evaluation (inline mode, greedy,
 ``--concurrency`` episodes at once). At each environment step, ``training.search_expert.SearchExpert`` reads the
@@ -14,13 +14,31 @@ turn starts a new sequence (``training.sft.episodes_of``), so the policy learns 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from training import cli
 from training.evaluate import RecordingPolicy
+
+
+@dataclass
+class DaggerConfig:
+    """DAgger round settings."""
+
+    model: str = field(metadata={"help": "policy folder (as served; a policy.json folder works)"})
+    games: str = field(default="data/alfworld/train", metadata={"help": "folder of train games"})
+    n: int = field(default=200, metadata={"help": "games (the first N of the folder, in order)"})
+    skip: int = field(default=0, metadata={"help": "skip the first N games (another round's)"})
+    out: str = field(default="data/teacher", metadata={"help": "teacher folder the trajectories go to"})
+    round: int = field(default=1, metadata={"help": "round number (names the output files)"})
+    max_steps: int = field(default=30, metadata={"help": "env steps per episode (a lost policy loops)"})
+    concurrency: int = field(default=4, metadata={"help": "episodes in flight at once"})
+    kv_cache_gib: float = field(default=1.0, metadata={"help": "vLLM KV cache size"})
+    dtype: str = field(default="float32", metadata={"help": "vLLM dtype"})
+    eager: bool = field(default=False, metadata={"help": "skip torch.compile (fast start, ~2x slower decode)"})
 
 
 class LabelingPolicy(RecordingPolicy):
@@ -58,20 +76,12 @@ class LabelingPolicy(RecordingPolicy):
         return action, info
 
 
+def parse_args(argv: list[str] | None = None) -> DaggerConfig:
+    return cli.parse(DaggerConfig, argv, __doc__)
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", required=True, help="policy folder (as served; a policy.json folder works)")
-    ap.add_argument("--games", default="data/alfworld/train")
-    ap.add_argument("--n", type=int, default=200, help="games (the first N of the folder, in order)")
-    ap.add_argument("--skip", type=int, default=0, help="skip the first N games (another round's)")
-    ap.add_argument("--out", default="data/teacher")
-    ap.add_argument("--round", type=int, default=1)
-    ap.add_argument("--max-steps", type=int, default=30, help="env steps per episode (a lost policy loops)")
-    ap.add_argument("--concurrency", type=int, default=4)
-    ap.add_argument("--kv-cache-gib", type=float, default=1.0)
-    ap.add_argument("--dtype", default="float32")
-    ap.add_argument("--eager", action="store_true")
-    args = ap.parse_args(argv)
+    args = parse_args(argv)
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from concurrent.futures import ThreadPoolExecutor

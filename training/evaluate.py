@@ -1,4 +1,7 @@
-"""Evaluate a policy folder through the service's vLLM engine, the harness runtime and the ALFWorld driver.
+"""python -m training.evaluate --model models/default-policy --split valid_unseen --mode inline
+
+Evaluate a policy folder through the service's vLLM engine, the harness runtime and the ALFWorld driver. Settings:
+``EvalConfig`` (``--help`` lists them; ``--config FILE.json`` reads them from a file, see ``training.cli``).
 
     CPU:  python -m training.evaluate --model models/default-policy --split valid_unseen --mode inline --n 20
           python -m training.evaluate --model DIR --split valid_seen valid_unseen --mode inline always_on env_only
@@ -16,18 +19,49 @@ per episode (what harness content writes into the context, see ``RecordingPolicy
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from service.policy.render import harness_result_message
 from service.policy.wire import IM_END, IM_START
+from training import cli
 from training.agent import EnginePolicy
 
 PANEL_PREFIXES = ("Plan: ", "Belief: ", "Experience: ")
+
+
+@dataclass
+class EvalConfig:
+    """Evaluation settings."""
+
+    model: str = field(metadata={"help": "policy folder (as served; a policy.json folder works)"})
+    split: list[str] = field(default_factory=lambda: ["valid_unseen"], metadata={"help": "splits to play"})
+    mode: list[str] = field(default_factory=lambda: ["inline"], metadata={"help": "harness modes to play"})
+    n: int | None = field(default=None, metadata={"help": "games per split (all when not given)"})
+    max_steps: int = field(default=50, metadata={"help": "environment steps per episode"})
+    window: int = field(default=8, metadata={"help": "episodes per bank consolidation"})
+    concurrency: int = field(default=8, metadata={
+        "help": "episodes in flight at once (threads, one env each; the engine batches their requests); at most "
+                "--window. 1 = one episode after another"})
+    bank: str | None = field(default=None, metadata={
+        "help": "bank JSON to start from (default: <model>/bank.json if present)"})
+    out: str | None = field(default=None, metadata={"help": "report folder (default: runs/eval/<model name>)"})
+    kv_cache_gib: float = field(default=0.25, metadata={"help": "vLLM KV cache size"})
+    temperature: float = field(default=0.0, metadata={
+        "help": "sampling temperature (0 = greedy); serve with the same EVOHARNESS_TEMPERATURE"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling share"})
+    seed: int | None = field(default=None, metadata={
+        "help": "per-request seed (default none: the engine's generator runs on, so a repeated prompt can be "
+                "answered differently, as in serving)"})
+    dtype: str = field(default="float32", metadata={
+        "help": "vLLM dtype; float32 unless the CPU has bf16 instructions (emulated bf16 ran a 135M model ~2x "
+                "slower)"})
+    max_model_len: int = field(default=4096, metadata={"help": "context: a 50-step episode is one chat"})
+    eager: bool = field(default=False, metadata={"help": "skip torch.compile (fast start, ~2x slower decode)"})
 
 
 def panel_text(message: str) -> str:
@@ -212,31 +246,12 @@ def markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
+def parse_args(argv: list[str] | None = None) -> EvalConfig:
+    return cli.parse(EvalConfig, argv, __doc__)
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Evaluate a policy through vLLM + the harness runtime + ALFWorld.")
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--split", nargs="+", default=["valid_unseen"])
-    ap.add_argument("--mode", nargs="+", default=["inline"])
-    ap.add_argument("--n", type=int, default=None, help="games per split (default: all)")
-    ap.add_argument("--max-steps", type=int, default=50)
-    ap.add_argument("--window", type=int, default=8, help="episodes per bank consolidation")
-    ap.add_argument("--concurrency", type=int, default=8,
-                    help="episodes in flight at once (threads, one env each; the engine batches their requests); "
-                         "at most --window. 1 = one episode after another")
-    ap.add_argument("--bank", default=None, help="bank JSON to start from (default: <model>/bank.json if present)")
-    ap.add_argument("--out", default=None, help="report folder (default: runs/eval/<model name>)")
-    ap.add_argument("--kv-cache-gib", type=float, default=0.25)
-    ap.add_argument("--temperature", type=float, default=0.0,
-                    help="sampling temperature (0 = greedy); serve with the same EVOHARNESS_TEMPERATURE")
-    ap.add_argument("--top-p", type=float, default=1.0)
-    ap.add_argument("--seed", type=int, default=None,
-                    help="per-request seed (default none: the engine's generator runs on, so a repeated prompt can "
-                         "be answered differently, as in serving)")
-    ap.add_argument("--dtype", default="float32", help="vLLM dtype; float32 unless the CPU has bf16 instructions "
-                    "(emulated bf16 ran a 135M model ~2x slower)")
-    ap.add_argument("--max-model-len", type=int, default=4096, help="context: a 50-step episode is one chat")
-    ap.add_argument("--eager", action="store_true", help="skip torch.compile (fast start, ~2x slower decode)")
-    args = ap.parse_args(argv)
+    args = parse_args(argv)
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from service.bank.evolver import new_bank

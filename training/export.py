@@ -1,4 +1,7 @@
-"""Export a trained policy as a folder the service and vLLM load: merged safetensors + tokenizer + model card.
+"""python -m training.export --model runs/grpo/model --out models/default-policy
+
+Export a trained policy as a folder the service and vLLM load: merged safetensors + tokenizer + model card. Settings:
+``ExportConfig`` (``--help`` lists them; ``--config FILE.json`` reads them from a file, see ``training.cli``).
 
     CPU:  python -m training.export --model runs/grpo/model --out models/default-policy --bank data/teacher/bank.json \
               --eval runs/eval/model/eval.md --notes runs/notes.md
@@ -12,10 +15,30 @@ table given with ``--eval``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from training import cli
+
+
+@dataclass
+class ExportConfig:
+    """Export settings."""
+
+    model: str = field(metadata={"help": "trained model folder, or the base model with --adapter"})
+    out: str = field(metadata={"help": "policy folder to write"})
+    adapter: str | None = field(default=None, metadata={"help": "peft LoRA adapter folder to merge into --model"})
+    dtype: str = field(default="bfloat16", metadata={"help": "dtype of the merged weights"})
+    base_name: str | None = field(default=None, metadata={
+        "help": "with --adapter: ship the adapter only, on this packaged base (e.g. smollm2-135m-instruct); the "
+                "service merges it at start"})
+    temperature: float = field(default=0.0, metadata={"help": "serving temperature to record (0 = greedy)"})
+    top_p: float = field(default=1.0, metadata={"help": "serving top-p to record (with a temperature)"})
+    bank: str | None = field(default=None, metadata={"help": "bank.json to ship next to the weights"})
+    eval: str | None = field(default=None, metadata={"help": "markdown evaluation table for the card"})
+    notes: str | None = field(default=None, metadata={"help": "markdown file with data/config/wall-time sections"})
 
 
 def export(model_dir: str, out: str, adapter: str | None = None, dtype: str = "bfloat16",
@@ -78,20 +101,12 @@ def model_card(dest: Path, params: int, sections: dict[str, str]) -> str:
     return text
 
 
+def parse_args(argv: list[str] | None = None) -> ExportConfig:
+    return cli.parse(ExportConfig, argv, __doc__)
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Export a merged safetensors policy folder with a model card.")
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--adapter", default=None)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--base-name", default=None, help="with --adapter: ship the adapter only, on this packaged base "
-                    "(e.g. smollm2-135m-instruct); the service merges it at start")
-    ap.add_argument("--temperature", type=float, default=0.0, help="serving temperature to record (0 = greedy)")
-    ap.add_argument("--top-p", type=float, default=1.0)
-    ap.add_argument("--bank", default=None, help="bank.json to ship next to the weights")
-    ap.add_argument("--eval", default=None, help="markdown evaluation table for the card")
-    ap.add_argument("--notes", default=None, help="markdown file with data/config/wall-time sections")
-    args = ap.parse_args(argv)
+    args = parse_args(argv)
     if args.base_name:
         dest = export_adapter(args.adapter, args.out, args.base_name, args.temperature, args.top_p)
     else:

@@ -1,4 +1,8 @@
-"""Cost-aware multi-turn GRPO from the SFT checkpoint, episodes driven through the service's harness runtime.
+"""python -m training.grpo --model runs/sft/model --out runs/grpo
+
+Cost-aware multi-turn GRPO from the SFT checkpoint, episodes driven through the service's harness runtime. Settings:
+``GRPORunConfig`` with its ``RewardConfig`` (``--help`` lists them; ``--config FILE.json`` reads them from a file, see
+``training.cli``).
 
     CPU:  python -m training.grpo --model runs/sft/model --games data/alfworld/train --out runs/grpo --updates 8
     GPU:  python -m training.grpo --model runs/sft-lora/model --games data/alfworld/train --out runs/grpo-gpu \
@@ -30,7 +34,6 @@ Logged per update (``grpo_log.jsonl`` + ``grpo_curves.png``): reward, success, h
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import random
@@ -38,30 +41,34 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from training import cli
 from training.reward import RewardConfig, episode_reward
 
 
 @dataclass
 class GRPORunConfig:
-    """GRPO settings."""
+    """GRPO settings (the reward's weights are ``reward``'s fields, flat flags on the command line)."""
 
-    model: str = "runs/sft/model"         # SFT checkpoint (merged)
-    games: str = "data/alfworld/train"    # folder of train games
-    out: str = "runs/grpo"
-    updates: int = 8
-    games_per_update: int = 2             # prompts (games) per update; the study: 16
-    group: int = 4                        # rollouts per game (GRPO group size); the study: 8
-    max_env_steps: int = 25               # environment step budget per episode (the study: 70 on GPU)
-    temperature: float = 1.0
-    lr: float = 1e-5                      # the study: 1e-6 for Qwen3-8B LoRA; tiny models need more
-    beta: float = 0.01                    # KL to the SFT reference (the study: 0.01)
-    max_grad_norm: float = 1.0
-    mode: str = "inline"
-    bank: str | None = "data/teacher/bank.json"  # Experience bank to start from (the teacher's); None: empty
-    harness_cap: int = 3
-    reward: RewardConfig = field(default_factory=RewardConfig)
-    seed: int = 0
-    threads: int = 1
+    model: str = field(metadata={"help": "SFT checkpoint (merged)"})
+    games: str = field(default="data/alfworld/train", metadata={"help": "folder of train games"})
+    out: str = field(default="runs/grpo", metadata={"help": "output folder"})
+    updates: int = field(default=8, metadata={"help": "optimizer updates"})
+    games_per_update: int = field(default=2, metadata={"help": "prompts (games) per update; the study: 16"})
+    group: int = field(default=4, metadata={"help": "rollouts per game (GRPO group size); the study: 8"})
+    max_env_steps: int = field(default=25, metadata={
+        "help": "environment step budget per episode (the study: 70 on GPU)"})
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature of the rollouts"})
+    lr: float = field(default=1e-5, metadata={"help": "learning rate (the study: 1e-6 for Qwen3-8B LoRA; tiny models "
+                                                      "need more)"})
+    beta: float = field(default=0.01, metadata={"help": "weight of the KL to the SFT reference (the study: 0.01)"})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping norm"})
+    mode: str = field(default="inline", metadata={"help": "harness mode of the rollouts"})
+    bank: str | None = field(default="data/teacher/bank.json", metadata={
+        "help": "Experience bank to start from (the teacher's); none: empty"})
+    harness_cap: int = field(default=3, metadata={"help": "harness calls allowed per step"})
+    reward: RewardConfig = field(default_factory=RewardConfig, metadata={"help": "reward weights"})
+    seed: int = field(default=0, metadata={"help": "seed"})
+    threads: int = field(default=1, metadata={"help": "torch threads"})
 
 
 # ------------------------------------------------------------------------------------------------ rollouts
@@ -203,34 +210,12 @@ def run(cfg: GRPORunConfig) -> list[dict]:
     return log
 
 
+def parse_args(argv: list[str] | None = None) -> GRPORunConfig:
+    return cli.parse(GRPORunConfig, argv, __doc__)
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Cost-aware multi-turn GRPO through the harness runtime.")
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--games", default="data/alfworld/train")
-    ap.add_argument("--out", default="runs/grpo")
-    ap.add_argument("--updates", type=int, default=8)
-    ap.add_argument("--games-per-update", type=int, default=2)
-    ap.add_argument("--group", type=int, default=4)
-    ap.add_argument("--max-env-steps", type=int, default=25)
-    ap.add_argument("--lr", type=float, default=1e-5)
-    ap.add_argument("--beta", type=float, default=0.01)
-    ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--bank", default="data/teacher/bank.json")
-    ap.add_argument("--cost-per-call", type=float, default=0.05)
-    ap.add_argument("--cost-per-token", type=float, default=0.0)
-    ap.add_argument("--cost-per-second", type=float, default=0.0)
-    ap.add_argument("--div-anneal-updates", type=int, default=150,
-                    help="U: updates over which the verb-diversity bonus anneals to 0 (the study: 150); a short CPU "
-                         "run needs a U within its horizon or the bonus outweighs the cost term")
-    ap.add_argument("--threads", type=int, default=1)
-    args = ap.parse_args(argv)
-    run(GRPORunConfig(model=args.model, games=args.games, out=args.out, updates=args.updates,
-                      games_per_update=args.games_per_update, group=args.group, max_env_steps=args.max_env_steps,
-                      lr=args.lr, beta=args.beta, temperature=args.temperature, bank=args.bank,
-                      threads=args.threads,
-                      reward=RewardConfig(cost_per_call=args.cost_per_call, cost_per_token=args.cost_per_token,
-                                          cost_per_second=args.cost_per_second,
-                                          div_anneal_updates=args.div_anneal_updates)))
+    run(parse_args(argv))
     return 0
 
 

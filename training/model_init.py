@@ -1,6 +1,9 @@
-"""Base models: a local byte-level BPE tokenizer + tiny random-init Qwen3 configurations, or a pretrained checkpoint.
+"""python -m training.model_init --size nano --corpus data/teacher --out runs/base-nano
 
-    CPU:  python -m training.model_init --size nano --corpus data/teacher --out runs/base-nano
+Base models: a local byte-level BPE tokenizer + tiny random-init Qwen3 configurations, or a pretrained checkpoint.
+Settings: ``ModelInitConfig`` (``--help`` lists them; ``--config FILE.json`` reads them from a file, see
+``training.cli``).
+
     GPU:  (pretrained + LoRA: nothing to build) python -m training.sft --base /models/Qwen3-1.7B --lora ...
 
 From scratch (``--size``): the tokenizer is trained on the teacher's rendered prompts and completions (the exact text
@@ -9,13 +12,12 @@ still get merges; object and receptacle names end up as single tokens, which mak
 task a one-token choice. The model is a random-init ``Qwen3ForCausalLM`` saved as safetensors with the tokenizer,
 the ChatML template (assistant turns inside ``{% generation %}``) and ``generation_config`` eos/pad set.
 
-Pretrained (``BaseModelConfig.pretrained``): a local Hugging Face folder (e.g. Qwen3-1.7B) is used as is; SFT then
-wraps it with a peft LoRA adapter (``SFTConfig.lora``) and ``training.export`` merges it back.
+Pretrained: a local Hugging Face folder (e.g. Qwen3-1.7B) is used as is, with no stage here; SFT wraps it with a
+peft LoRA adapter (``SFTRunConfig.lora``) and ``training.export`` merges it back.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +29,7 @@ from service.policy.bootstrap_model import (
     _corpus,
 )
 from service.policy.wire import IM_END, IM_START
+from training import cli
 
 # name -> Qwen3Config fields. Approximate parameter counts with the ~1.2k-token vocabulary the BPE reaches on game
 # text (tied embeddings); nano measured 0.94 M.
@@ -46,16 +49,23 @@ SIZES = {
 
 @dataclass
 class BaseModelConfig:
-    """How the base model is obtained."""
+    """How a from-scratch base model is built."""
 
-    size: str = "nano"                 # key of SIZES (from scratch); ignored when `pretrained` is set
-    pretrained: str | None = None      # local HF folder (Qwen3-0.6B/1.7B/8B); SFT then uses LoRA
-    vocab_size: int = 4096             # BPE vocabulary (from scratch)
-    max_position_embeddings: int = 2048
-    corpus: list[str] = field(default_factory=lambda: ["data/teacher"])  # folders/files of teacher JSONL
-    max_corpus_rows: int = 20000       # rows of teacher text used for the tokenizer
-    seed: int = 0
-    dtype: str = "float32"             # training dtype on CPU; export writes bfloat16
+    size: str = field(default="nano", metadata={"help": "model size", "choices": sorted(SIZES)})
+    vocab_size: int = field(default=4096, metadata={"help": "BPE vocabulary"})
+    max_position_embeddings: int = field(default=2048, metadata={"help": "context length"})
+    corpus: list[str] = field(default_factory=lambda: ["data/teacher"], metadata={
+        "help": "folders/files of teacher JSONL for the tokenizer"})
+    max_corpus_rows: int = field(default=20000, metadata={"help": "rows of teacher text used for the tokenizer"})
+    seed: int = field(default=0, metadata={"help": "seed"})
+    dtype: str = field(default="float32", metadata={"help": "training dtype on CPU; export writes bfloat16"})
+
+
+@dataclass(kw_only=True)
+class ModelInitConfig(BaseModelConfig):
+    """The command's settings: the base model's, and where it goes."""
+
+    out: str = field(metadata={"help": "output folder"})
 
 
 def teacher_text(paths: list[str], limit: int) -> list[str]:
@@ -124,16 +134,13 @@ def build_from_scratch(cfg: BaseModelConfig, out: str | Path) -> Path:
     return out
 
 
+def parse_args(argv: list[str] | None = None) -> ModelInitConfig:
+    return cli.parse(ModelInitConfig, argv, __doc__)
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Build a tiny from-scratch base model (tokenizer + random Qwen3).")
-    ap.add_argument("--size", default="nano", choices=sorted(SIZES))
-    ap.add_argument("--corpus", nargs="+", default=["data/teacher"])
-    ap.add_argument("--vocab-size", type=int, default=4096)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
-    cfg = BaseModelConfig(size=args.size, corpus=args.corpus, vocab_size=args.vocab_size, seed=args.seed)
-    out = build_from_scratch(cfg, args.out)
+    cfg = parse_args(argv)
+    out = build_from_scratch(cfg, cfg.out)
     print(json.loads((out / "base_model.json").read_text()))
     return 0
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from service.harness.state import VERBS
 
@@ -28,16 +28,19 @@ REJECTED = "Nothing happens."
 class RewardConfig:
     """Weights of the reward terms."""
 
-    win: float = 10.0
-    lambda_eff: float = 1.0
-    lambda_div_max: float = 1.0
-    div_anneal_updates: int = 150     # U
-    repeat_penalty: float = 0.1
-    repeat_cap: int = 10
-    invalid_penalty: float = 0.1
-    cost_per_call: float = 0.05       # explicit cost per harness call (reward units)
-    cost_per_token: float = 0.0       # ... per token the call consumed (prompt + completion)
-    cost_per_second: float = 0.0      # ... per second of generation the call took
+    win: float = field(default=10.0, metadata={"help": "reward of a won episode"})
+    lambda_eff: float = field(default=1.0, metadata={"help": "weight of the efficiency term (won episodes)"})
+    lambda_div_max: float = field(default=1.0, metadata={"help": "weight of the verb-diversity bonus at update 0"})
+    div_anneal_updates: int = field(default=150, metadata={
+        "help": "U: updates over which the verb-diversity bonus anneals to 0 (the study: 150); a short CPU run needs "
+                "a U within its horizon or the bonus outweighs the cost term"})
+    repeat_penalty: float = field(default=0.1, metadata={"help": "penalty per repeated action or harness call"})
+    repeat_cap: int = field(default=10, metadata={"help": "repeats counted at most"})
+    invalid_penalty: float = field(default=0.1, metadata={"help": "penalty per rejected action or unparseable output"})
+    cost_per_call: float = field(default=0.05, metadata={"help": "explicit cost per harness call (reward units)"})
+    cost_per_token: float = field(default=0.0, metadata={
+        "help": "cost per token a harness call consumed (prompt + completion)"})
+    cost_per_second: float = field(default=0.0, metadata={"help": "cost per second of generation a harness call took"})
 
 
 def diversity_weight(update: int, cfg: RewardConfig) -> float:

@@ -1,5 +1,8 @@
-"""Supervised fine-tuning on teacher episodes with TRL ``SFTTrainer``: one sequence per episode, loss on the policy's
-turns only.
+"""python -m training.sft --base data/base/smollm2-135m-instruct --lora --lora-from-layer 12 --data data/teacher
+
+Supervised fine-tuning on teacher episodes with TRL ``SFTTrainer``: one sequence per episode, loss on the policy's
+turns only. Settings: ``SFTRunConfig`` (``--help`` lists them; ``--config FILE.json`` reads them from a file, see
+``training.cli``).
 
     CPU:  python -m training.sft --base data/base/smollm2-135m-instruct --data data/teacher --out runs/sft \
               --lora --lora-from-layer 14 --lr 3e-4 --max-steps 300
@@ -23,12 +26,13 @@ Constrained accuracy (``training.constrained_eval``) is measured at the end on h
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from training import cli
 
 # every linear layer of a Llama/Qwen3 decoder block
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -42,7 +46,7 @@ class SFTRunConfig:
     data: str = field(default="data/teacher", metadata={"help": "teacher folder with <mode>.jsonl"})
     out: str = field(default="runs/sft", metadata={"help": "output folder"})
     modes: dict = field(default_factory=lambda: {"inline": 1.0, "always_on": 0.25, "env_only": 0.25},
-                        metadata={"help": "share of each mode's episodes kept"})
+                        metadata={"help": "share of each mode's episodes kept (JSON)"})
     max_steps: int = field(default=300, metadata={"help": "optimizer steps"})
     lm_steps: int = field(default=0, metadata={"help": "LM steps (loss on every token) before SFT"})
     lr: float = field(default=3e-4, metadata={"help": "peak learning rate (cosine)"})
@@ -194,22 +198,7 @@ def run(cfg: SFTRunConfig) -> dict:
 
 
 def parse_args(argv: list[str] | None = None) -> SFTRunConfig:
-    """The CLI is built from ``SFTRunConfig``'s fields (``--max-steps`` for ``max_steps``; booleans as flags)."""
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    for f in fields(SFTRunConfig):
-        if f.name == "modes":
-            ap.add_argument("--modes", type=json.loads, default=None, help=f.metadata["help"] + " (JSON)")
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        default = f.default
-        if isinstance(default, bool):
-            ap.add_argument(flag, action="store_true", help=f.metadata["help"])
-        else:
-            ap.add_argument(flag, type=type(default), default=default, help=f.metadata["help"])
-    ns = vars(ap.parse_args(argv))
-    if ns["modes"] is None:
-        ns.pop("modes")
-    return SFTRunConfig(**ns)
+    return cli.parse(SFTRunConfig, argv, __doc__)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,7 @@
-"""Teacher data: expert ALFWorld trajectories rendered through the service's own turn code.
+"""python -m training.teacher --games-dir data/alfworld/train --out data/teacher
+
+Teacher data: expert ALFWorld trajectories rendered through the service's own turn code. Settings: ``TeacherConfig``
+(``--help`` lists them; ``--config FILE.json`` reads them from a file, see ``training.cli``).
 
     CPU:  python -m training.teacher --split train --out data/teacher            # all three modes
     GPU:  same command (no accelerator involved)
@@ -25,10 +28,9 @@ and completion: ``training.sft`` trains a whole episode as one sequence. ``<out>
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from service.bank.evidence import evidence_of
@@ -39,6 +41,7 @@ from service.harness.state import MODES
 from service.policy.parse import parse
 from service.policy.turns import apply_decision, prepare_turn
 from service.policy.wire import IM_END, format_response
+from training import cli
 from training.teacher_rules import RuleState, env_think, harness_calls, observe_rules
 
 RAW_NAMES = {"handcoded": "expert", "walkthrough": "walkthrough", "search": "search"}  # raw trajectory file prefix
@@ -48,22 +51,28 @@ RAW_NAMES = {"handcoded": "expert", "walkthrough": "walkthrough", "search": "sea
 class TeacherConfig:
     """Teacher settings."""
 
-    split: str = "train"              # ALFWorld split whose games the expert plays
-    n_games: int | None = None        # first N games (None: all)
-    out: str = "data/teacher"         # output folder
-    max_env_steps: int = 50           # expert step budget per game
-    window: int = 8                   # episodes per bank consolidation window
-    harness_cap: int = 3              # harness calls allowed per step (as the service default)
-    keep_lost: bool = False           # keep trajectories the expert did not win
-    games_dir: str | None = None      # play every finished game folder under this path instead of a split
-    expert: str = "search"            # "search" (training.search_expert: acts from Belief), "handcoded" (alfworld's,
-                                      # planner fallback) or "walkthrough" (stored planner plan)
-    merge_walkthrough: bool = True    # fill games the handcoded expert has not played with walkthrough replays
-    render_only: bool = False         # skip collection; render what is on disk
-    shard: str | None = None          # "i/k": collect every k-th game from i (for parallel collectors)
-    planner_fallback: bool = False    # replay a game the handcoded expert lost with the planner (off: Fast
-                                      # Downward can search for minutes on pick-two games in large rooms, and its
-                                      # privileged plans walk straight to hidden objects, which a policy cannot copy)
+    split: str = field(default="train", metadata={"help": "ALFWorld split whose games the expert plays"})
+    n_games: int | None = field(default=None, metadata={"help": "first N games (all when not given)",
+                                                         "aliases": ["--n"]})
+    out: str = field(default="data/teacher", metadata={"help": "output folder"})
+    max_env_steps: int = field(default=50, metadata={"help": "expert step budget per game"})
+    window: int = field(default=8, metadata={"help": "episodes per bank consolidation window"})
+    harness_cap: int = field(default=3, metadata={"help": "harness calls allowed per step (as the service default)"})
+    keep_lost: bool = field(default=False, metadata={"help": "keep trajectories the expert did not win"})
+    games_dir: str | None = field(default=None, metadata={
+        "help": "play every finished game folder under this path (e.g. a split being generated) instead of a split"})
+    expert: str = field(default="search", metadata={
+        "help": "search (training.search_expert: acts from Belief), handcoded (alfworld's, planner fallback) or "
+                "walkthrough (the stored planner plan)", "choices": tuple(RAW_NAMES)})
+    merge_walkthrough: bool = field(default=True, metadata={
+        "help": "fill games the handcoded expert has not played with walkthrough replays"})
+    render_only: bool = field(default=False, metadata={"help": "skip collection; render what is on disk"})
+    shard: str | None = field(default=None, metadata={
+        "help": "i/k: collect only every k-th game from i (parallel collectors; render afterwards with --render-only)"})
+    planner_fallback: bool = field(default=False, metadata={
+        "help": "replay a game the handcoded expert lost with the planner (off: Fast Downward can search for "
+                "minutes on pick-two games in large rooms, and its privileged plans walk straight to hidden "
+                "objects, which a policy cannot copy)"})
 
 
 # -------------------------------------------------------------------------------------------- collect
@@ -222,26 +231,12 @@ def share_stats(samples: list[dict]) -> dict:
             "harness_per_episode": round(len(harness) / episodes, 2), "by_verb": by_verb, "episodes": episodes}
 
 
+def parse_args(argv: list[str] | None = None) -> TeacherConfig:
+    return cli.parse(TeacherConfig, argv, __doc__)
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--split", default="train")
-    ap.add_argument("--n", type=int, default=None)
-    ap.add_argument("--out", default="data/teacher")
-    ap.add_argument("--max-env-steps", type=int, default=50)
-    ap.add_argument("--window", type=int, default=8)
-    ap.add_argument("--games-dir", default=None, help="use the game folders under this path (e.g. a split being "
-                    "generated)")
-    ap.add_argument("--expert", default="search", choices=tuple(RAW_NAMES))
-    ap.add_argument("--render-only", action="store_true")
-    ap.add_argument("--planner-fallback", action="store_true", help="replay games the handcoded expert lost with "
-                    "the planner (slow on some pick-two games)")
-    ap.add_argument("--shard", default=None, help="i/k: collect only every k-th game from i")
-    args = ap.parse_args(argv)
-    cfg = TeacherConfig(split=args.split, n_games=args.n, out=args.out, max_env_steps=args.max_env_steps,
-                        window=args.window, games_dir=args.games_dir, expert=args.expert,
-                        render_only=args.render_only, shard=args.shard,
-                        planner_fallback=args.planner_fallback)
-    run(cfg)
+    run(parse_args(argv))
     return 0
 
 

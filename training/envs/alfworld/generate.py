@@ -1,6 +1,7 @@
-"""Generate ALFWorld games offline from the floor plans and tables shipped with alfworld.
+"""python -m training.envs.alfworld.generate --split valid_unseen [--out DIR] [--workers N] [--count N] [--seed S]
 
-    python -m training.envs.alfworld.generate --split valid_unseen [--out DIR] [--workers N] [--count N] [--seed S]
+Generate ALFWorld games offline from the floor plans and tables shipped with alfworld. Settings: ``GenerateConfig``
+(``--help`` lists them; ``--config FILE.json`` reads them from a file, see ``training.cli``).
 
 Writes ``<out>/<split>/<index>-<task_type>-<object>-<receptacle>-<room>/{traj_data.json,game.tw-pddl}`` (default
 ``data/alfworld``) and ``manifest.json``. Each game is checked solvable by the Fast Downward planner, whose plan is
@@ -10,7 +11,6 @@ type, new placements). A split whose manifest matches (seed, count, generator ve
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing
 import os
@@ -18,7 +18,10 @@ import random
 import signal
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from training import cli
 
 from .gamefiles import domain_and_grammar, grammar_with_task, read_traj, write_game
 from .paths import DATA_ROOT, GAME_FILE, ensure_alfworld_home
@@ -240,14 +243,23 @@ def generate_split(split: str, out: Path | str | None = None, workers: int | Non
     return manifest
 
 
+@dataclass
+class GenerateConfig:
+    """Generation settings."""
+
+    split: str = field(metadata={"help": "split to generate", "choices": sorted(SPLITS)})
+    out: Path | None = field(default=None, metadata={"help": "parent folder (default data/alfworld)"})
+    workers: int | None = field(default=None, metadata={"help": "processes (default: CPU count)"})
+    count: int | None = field(default=None, metadata={"help": "games (default: the split's size)"})
+    seed: int | None = field(default=None, metadata={"help": "seed (default: the split's)"})
+
+
+def parse_args(argv: list[str] | None = None) -> GenerateConfig:
+    return cli.parse(GenerateConfig, argv, __doc__)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--split", required=True, choices=sorted(SPLITS))
-    parser.add_argument("--out", type=Path, default=None, help="parent folder (default data/alfworld)")
-    parser.add_argument("--workers", type=int, default=None, help="processes (default: CPU count)")
-    parser.add_argument("--count", type=int, default=None, help="games (default: the split's size)")
-    parser.add_argument("--seed", type=int, default=None, help="seed (default: the split's)")
-    args = parser.parse_args(argv)
+    args = parse_args(argv)
     manifest = generate_split(args.split, args.out, args.workers, args.count, args.seed)
     games = manifest["games"]
     for skip in manifest.get("skipped", []):
