@@ -1,16 +1,19 @@
-"""The default policy end to end: teacher -> base model -> SFT -> GRPO -> export -> evaluation.
+"""python -m training.pipeline --out models/default-policy
 
-    CPU:  python -m training.pipeline --out models/default-policy              # what `make policy` runs
-    GPU:  python -m training.pipeline --preset gpu-qwen3-1.7b --base /models/Qwen3-1.7B --out runs/policy-1.7b
+The default policy end to end: games -> teacher -> base model -> SFT -> GRPO -> export -> evaluation -> model card.
+``make policy`` runs this command (with ``OMP_NUM_THREADS=1``). Settings: ``PipelineConfig`` (``--help`` lists them;
+``--config FILE.json`` reads them from a file, see ``training.cli``). There is no GPU preset: the GPU recipe in
+docs/training.md runs the stages one by one.
 
-Every stage is its own module with its own config (``training.teacher``, ``model_init``, ``sft``, ``grpo``,
-``export``, ``evaluate``); this file only chains them with the default settings below. Stages whose output already
-exists are skipped (``--force`` reruns them), so an interrupted run resumes.
+Every stage is its own module with its own settings dataclass (``training.envs.alfworld.generate``,
+``training.teacher``, ``model_init``, ``sft``, ``grpo``, ``export``, ``evaluate``, ``card``); this file only chains
+them with the defaults below. Each stage's settings are written to ``<work>/configs/<stage>.json`` and the stage runs
+as ``python -m <stage module> --config <that file>``, so the files say exactly what each stage ran with. Stages whose
+output already exists are skipped (``--force`` reruns them), so an interrupted run resumes.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -18,50 +21,73 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from training import cli
+from training.card import CardConfig
+from training.envs.alfworld.generate import GenerateConfig
+from training.evaluate import EvalConfig
+from training.export import ExportConfig
+from training.grpo import GRPORunConfig
+from training.model_init import SIZES, ModelInitConfig
+from training.reward import RewardConfig
+from training.sft import SFTRunConfig
+from training.teacher import TeacherConfig
+
 
 @dataclass
 class PipelineConfig:
     """Defaults of the shipped CPU policy (see docs/training.md for why)."""
 
-    train_games: int = 600                # generated train games (the benchmark's train split size)
-    work: str = "runs/policy"             # intermediate outputs
-    teacher_out: str = "data/teacher"
-    teacher_shards: int = 2               # parallel expert collectors (one per core), then one render pass
-    base: str = "smollm2-135m-instruct"   # packaged pretrained base (service.policy.pretrained); or "micro"/"pico"
-                                          # ... for a from-scratch toy model (tests)
-    sft_steps: int = 150                  # optimizer steps of `sft_batch` whole episodes each
-    sft_modes: dict = field(default_factory=lambda: {"inline": 1.0, "always_on": 0.2, "env_only": 0.0})
-                                          # share of each mode's teacher episodes: inline is what is served;
-                                          # always_on is kept for the harness-token comparison
-    lm_steps: int = 0                     # LM stage (loss on every token): only useful for from-scratch toys
-    sft_lr: float = 3e-4
-    sft_batch: int = 4
-    sft_max_length: int = 4096            # tokens per episode
-    lora_r: int = 64
-    lora_from_layer: int = 12             # adapters on layers 12-29: the backward pass stops at layer 12
-    bf16_autocast: bool = True            # on CPUs with avx512_bf16/AMX only (checked at run time)
-    threads: int = 2                      # torch threads for SFT and GRPO
-    grpo_updates: int = 0                 # 0: no GRPO stage (not yet run on the pretrained base; issue 12)
-    grpo_group: int = 4
-    grpo_games_per_update: int = 2
-    grpo_max_env_steps: int = 30
-    grpo_lr: float = 1e-4
-    grpo_cost_per_call: float = 0.3
-    grpo_div_anneal: int = 4              # U of the diversity bonus (the study: 150 updates; a 10-update CPU run
-                                          # needs it inside its horizon or the bonus outweighs the cost term)
-    eval_n: int | None = None             # games per split (None: all generated games)
-    eval_max_steps: int = 50
-    eval_kv_cache_gib: float = 2.0        # SmolLM2 fp32 keeps ~46 KB per token: 8 episodes of ~4k tokens need ~1.5 GiB
-    eval_other_modes: list[str] = field(default_factory=lambda: ["always_on"])  # on valid_unseen, beside inline
-    eval_other_modes_n: int | None = 40   # games for those modes (None: all); inline always plays every game
-    eval_temperature: float = 0.0         # 0 = greedy; the serving default must match (EVOHARNESS_TEMPERATURE)
-    valid_seen_games: int = 40
-    out: str = "models/default-policy"
-    remarks: str | None = "docs/policy_remarks.md"  # hand-written part of the card (limits, what was tried)
-    stages: list[str] = field(default_factory=lambda: ["games", "teacher", "base", "sft", "grpo", "export", "eval"])
-
-
-SIZES = ("pico", "nano", "micro", "small", "base")  # training.model_init's from-scratch sizes
+    train_games: int = field(default=600, metadata={
+        "help": "generated train games (the benchmark's train split size)"})
+    work: str = field(default="runs/policy", metadata={"help": "intermediate outputs (and configs/)"})
+    teacher_out: str = field(default="data/teacher", metadata={"help": "teacher data folder"})
+    teacher_shards: int = field(default=2, metadata={
+        "help": "parallel expert collectors (one per core), then one render pass"})
+    base: str = field(default="smollm2-135m-instruct", metadata={
+        "help": "packaged pretrained base (service.policy.pretrained), or a from-scratch size for a toy model "
+                f"(tests): {', '.join(SIZES)}"})
+    sft_steps: int = field(default=150, metadata={"help": "SFT optimizer steps of sft_batch whole episodes each"})
+    sft_modes: dict = field(default_factory=lambda: {"inline": 1.0, "always_on": 0.2, "env_only": 0.0}, metadata={
+        "help": "share of each mode's teacher episodes (JSON): inline is what is served; always_on is kept for the "
+                "harness-token comparison"})
+    lm_steps: int = field(default=0, metadata={
+        "help": "LM stage (loss on every token): only useful for from-scratch toys"})
+    sft_lr: float = field(default=3e-4, metadata={"help": "SFT peak learning rate"})
+    sft_batch: int = field(default=4, metadata={"help": "episodes per SFT optimizer step"})
+    sft_max_length: int = field(default=4096, metadata={"help": "tokens per episode"})
+    lora_r: int = field(default=64, metadata={"help": "LoRA rank (pretrained base)"})
+    lora_from_layer: int = field(default=12, metadata={
+        "help": "first layer with adapters: on layers 12-29, the backward pass stops at layer 12"})
+    bf16_autocast: bool = field(default=True, metadata={
+        "help": "bf16 autocast in SFT, on CPUs with avx512_bf16/AMX only (checked at run time)"})
+    threads: int = field(default=2, metadata={"help": "torch threads for SFT and GRPO"})
+    grpo_updates: int = field(default=0, metadata={
+        "help": "GRPO updates; 0: no GRPO stage (not yet run on the pretrained base; issue 12)"})
+    grpo_group: int = field(default=4, metadata={"help": "GRPO rollouts per game"})
+    grpo_games_per_update: int = field(default=2, metadata={"help": "GRPO games per update"})
+    grpo_max_env_steps: int = field(default=30, metadata={"help": "GRPO environment steps per episode"})
+    grpo_lr: float = field(default=1e-4, metadata={"help": "GRPO learning rate"})
+    grpo_cost_per_call: float = field(default=0.3, metadata={"help": "GRPO reward's cost per harness call"})
+    grpo_div_anneal: int = field(default=4, metadata={
+        "help": "U of the diversity bonus (the study: 150 updates; a 10-update CPU run needs it inside its horizon "
+                "or the bonus outweighs the cost term)"})
+    eval_n: int | None = field(default=None, metadata={"help": "games per split (all generated games when not given)"})
+    eval_max_steps: int = field(default=50, metadata={"help": "environment steps per evaluated episode"})
+    eval_kv_cache_gib: float = field(default=2.0, metadata={
+        "help": "vLLM KV cache (SmolLM2 fp32 keeps ~46 KB per token: 8 episodes of ~4k tokens need ~1.5 GiB)"})
+    eval_other_modes: list[str] = field(default_factory=lambda: ["always_on"], metadata={
+        "help": "modes evaluated on valid_unseen beside inline"})
+    eval_other_modes_n: int | None = field(default=40, metadata={
+        "help": "games for those modes (none: all); inline always plays every game"})
+    eval_temperature: float = field(default=0.0, metadata={
+        "help": "0 = greedy; the serving default must match (EVOHARNESS_TEMPERATURE)"})
+    valid_seen_games: int = field(default=40, metadata={"help": "generated valid_seen games"})
+    out: str = field(default="models/default-policy", metadata={"help": "policy folder"})
+    remarks: str | None = field(default="docs/policy_remarks.md", metadata={
+        "help": "hand-written part of the card (limits, what was tried)"})
+    stages: list[str] = field(default_factory=lambda: ["games", "teacher", "base", "sft", "grpo", "export", "eval"],
+                              metadata={"help": "stages to run"})
+    force: bool = field(default=False, metadata={"help": "rerun stages whose output exists"})
 
 
 def cpu_has_bf16() -> bool:
@@ -89,6 +115,11 @@ def sh_parallel(commands: list[list[str]]) -> None:
         raise subprocess.CalledProcessError(max(codes), commands[codes.index(max(codes))])
 
 
+def stage(work: Path, name: str, module: str, cfg) -> list[str]:
+    """Write ``cfg`` to ``<work>/configs/<name>.json``; the ``python -m`` arguments that run the stage with it."""
+    return [module, "--config", str(cli.write_config(cfg, work / "configs" / f"{name}.json"))]
+
+
 def run(cfg: PipelineConfig, force: bool = False) -> None:
     work = Path(cfg.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -98,15 +129,19 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
         return Path(p).exists() and not force
 
     if "games" in cfg.stages:
-        sh("training.envs.alfworld.generate", "--split", "train", "--count", str(cfg.train_games))
-        sh("training.envs.alfworld.generate", "--split", "valid_seen", "--count", str(cfg.valid_seen_games))
-        sh("training.envs.alfworld.generate", "--split", "valid_unseen")
+        generate = "training.envs.alfworld.generate"
+        sh(*stage(work, "generate-train", generate, GenerateConfig(split="train", count=cfg.train_games)))
+        sh(*stage(work, "generate-valid_seen", generate, GenerateConfig(split="valid_seen",
+                                                                       count=cfg.valid_seen_games)))
+        sh(*stage(work, "generate-valid_unseen", generate, GenerateConfig(split="valid_unseen")))
     if "teacher" in cfg.stages and not done(f"{cfg.teacher_out}/inline.jsonl"):
-        teacher = ["training.teacher", "--games-dir", "data/alfworld/train", "--out", cfg.teacher_out]
+        teacher = TeacherConfig(games_dir="data/alfworld/train", out=cfg.teacher_out)
         if cfg.teacher_shards > 1:
-            sh_parallel([[*teacher, "--shard", f"{i}/{cfg.teacher_shards}"] for i in range(cfg.teacher_shards)])
-            teacher.append("--render-only")
-        sh(*teacher)
+            k = cfg.teacher_shards
+            sh_parallel([stage(work, f"teacher-shard{i}of{k}", "training.teacher", TeacherConfig(
+                games_dir=teacher.games_dir, out=teacher.out, shard=f"{i}/{k}")) for i in range(k)])
+            teacher.render_only = True
+        sh(*stage(work, "teacher", "training.teacher", teacher))
     pretrained = cfg.base not in SIZES
     if pretrained:
         from service.policy.pretrained import ensure_base
@@ -114,28 +149,29 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
     else:
         base = str(work / f"base-{cfg.base}")
         if "base" in cfg.stages and not done(base):
-            sh("training.model_init", "--size", cfg.base, "--corpus", cfg.teacher_out, "--out", base)
+            sh(*stage(work, "model_init", "training.model_init",
+                      ModelInitConfig(size=cfg.base, corpus=[cfg.teacher_out], out=base)))
     if "sft" in cfg.stages and not done(work / "sft" / "model"):
-        sh("training.sft", "--base", base, "--data", cfg.teacher_out, "--out", str(work / "sft"),
-           "--max-steps", str(cfg.sft_steps), "--lm-steps", str(cfg.lm_steps), "--lr", str(cfg.sft_lr),
-           "--batch", str(cfg.sft_batch), "--modes", json.dumps(cfg.sft_modes), "--max-length", str(cfg.sft_max_length),
-           "--threads", str(cfg.threads),
-           *(["--lora", "--lora-r", str(cfg.lora_r), "--lora-from-layer", str(cfg.lora_from_layer)]
-             if pretrained else []),
-           *(["--bf16"] if cfg.bf16_autocast and cpu_has_bf16() else []))
+        lora = {"lora": True, "lora_r": cfg.lora_r, "lora_from_layer": cfg.lora_from_layer} if pretrained else {}
+        sh(*stage(work, "sft", "training.sft", SFTRunConfig(
+            base=base, data=cfg.teacher_out, out=str(work / "sft"), max_steps=cfg.sft_steps, lm_steps=cfg.lm_steps,
+            lr=cfg.sft_lr, batch=cfg.sft_batch, modes=cfg.sft_modes, max_length=cfg.sft_max_length,
+            threads=cfg.threads, bf16=cfg.bf16_autocast and cpu_has_bf16(), **lora)))
     if "grpo" in cfg.stages and cfg.grpo_updates and not done(work / "grpo" / "model"):
-        sh("training.grpo", "--model", str(work / "sft" / "model"), "--out", str(work / "grpo"),
-           "--updates", str(cfg.grpo_updates), "--group", str(cfg.grpo_group),
-           "--games-per-update", str(cfg.grpo_games_per_update), "--max-env-steps", str(cfg.grpo_max_env_steps),
-           "--lr", str(cfg.grpo_lr), "--cost-per-call", str(cfg.grpo_cost_per_call),
-           "--div-anneal-updates", str(cfg.grpo_div_anneal), "--threads", str(cfg.threads))
+        sh(*stage(work, "grpo", "training.grpo", GRPORunConfig(
+            model=str(work / "sft" / "model"), out=str(work / "grpo"), updates=cfg.grpo_updates,
+            group=cfg.grpo_group, games_per_update=cfg.grpo_games_per_update, max_env_steps=cfg.grpo_max_env_steps,
+            lr=cfg.grpo_lr, threads=cfg.threads,
+            reward=RewardConfig(cost_per_call=cfg.grpo_cost_per_call, div_anneal_updates=cfg.grpo_div_anneal))))
     final = work / "grpo" / "model" if (work / "grpo" / "model").exists() else work / "sft" / "model"
+    bank = f"{cfg.teacher_out}/bank.json"
     if "export" in cfg.stages and pretrained and final == work / "sft" / "model":
-        sh("training.export", "--model", base, "--adapter", str(work / "sft" / "adapter"), "--base-name", cfg.base,
-           "--out", cfg.out, "--bank", f"{cfg.teacher_out}/bank.json", "--temperature", str(cfg.eval_temperature))
-    elif "export" in cfg.stages:
-        sh("training.export", "--model", str(final), "--out", cfg.out, "--bank", f"{cfg.teacher_out}/bank.json",
-           "--temperature", str(cfg.eval_temperature))  # the policy is served as it was evaluated
+        sh(*stage(work, "export", "training.export", ExportConfig(
+            model=base, adapter=str(work / "sft" / "adapter"), base_name=cfg.base, out=cfg.out, bank=bank,
+            temperature=cfg.eval_temperature)))
+    elif "export" in cfg.stages:  # the policy is served as it was evaluated
+        sh(*stage(work, "export", "training.export", ExportConfig(
+            model=str(final), out=cfg.out, bank=bank, temperature=cfg.eval_temperature)))
     if "eval" in cfg.stages:
         runs = [("policy", Path(cfg.out), ["valid_seen", "valid_unseen"], ["inline"], cfg.eval_n),
                 ("policy-modes", Path(cfg.out), ["valid_unseen"], cfg.eval_other_modes,
@@ -145,36 +181,25 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
         for label, model, splits, modes, n in runs:
             if not modes or (work / f"eval-{label}" / "eval.md").exists() and not force:
                 continue
-            sh("training.evaluate", "--model", str(model), "--split", *splits,
-               "--mode", *modes, *(["--n", str(n)] if n else []),
-               "--max-steps", str(cfg.eval_max_steps), "--bank", f"{cfg.teacher_out}/bank.json",
-               "--temperature", str(cfg.eval_temperature), "--kv-cache-gib", str(cfg.eval_kv_cache_gib),
-               "--out", str(work / f"eval-{label}"))
+            sh(*stage(work, f"eval-{label}", "training.evaluate", EvalConfig(
+                model=str(model), split=splits, mode=list(modes), n=n or None, max_steps=cfg.eval_max_steps,
+                bank=bank, temperature=cfg.eval_temperature, kv_cache_gib=cfg.eval_kv_cache_gib,
+                out=str(work / f"eval-{label}"))))
     (work / "pipeline.json").write_text(json.dumps({"config": asdict(cfg),
                                                     "seconds": round(time.perf_counter() - t0, 1)}, indent=1))
     if "export" in cfg.stages:
-        sh("training.card", "--policy", cfg.out, "--work", str(work), "--teacher", cfg.teacher_out,
-           *(["--remarks", cfg.remarks] if cfg.remarks and Path(cfg.remarks).exists() else []))
+        sh(*stage(work, "card", "training.card", CardConfig(
+            policy=cfg.out, work=str(work), teacher=cfg.teacher_out,
+            remarks=cfg.remarks if cfg.remarks and Path(cfg.remarks).exists() else None)))
+
+
+def parse_args(argv: list[str] | None = None) -> PipelineConfig:
+    return cli.parse(PipelineConfig, argv, __doc__)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Train the default policy end to end.")
-    ap.add_argument("--out", default="models/default-policy")
-    ap.add_argument("--work", default="runs/policy")
-    ap.add_argument("--base", default=PipelineConfig.base, help="packaged pretrained base, or a from-scratch size "
-                    f"({', '.join(SIZES)})")
-    ap.add_argument("--sft-steps", type=int, default=PipelineConfig.sft_steps)
-    ap.add_argument("--lm-steps", type=int, default=PipelineConfig.lm_steps)
-    ap.add_argument("--grpo-updates", type=int, default=PipelineConfig.grpo_updates)
-    ap.add_argument("--eval-n", type=int, default=None, help="games per split (default: all generated)")
-    ap.add_argument("--stages", nargs="+", default=None)
-    ap.add_argument("--force", action="store_true")
-    args = ap.parse_args(argv)
-    cfg = PipelineConfig(out=args.out, work=args.work, base=args.base, sft_steps=args.sft_steps, lm_steps=args.lm_steps,
-                         grpo_updates=args.grpo_updates, eval_n=args.eval_n)
-    if args.stages:
-        cfg.stages = args.stages
-    run(cfg, args.force)
+    cfg = parse_args(argv)
+    run(cfg, cfg.force)
     return 0
 
 

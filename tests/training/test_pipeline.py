@@ -1,67 +1,91 @@
-"""The pipeline's stage commands: every flag it passes must be one its stage module accepts."""
+"""The pipeline's stage commands: each stage runs as `python -m <module> --config <work>/configs/<stage>.json`, and
+that file, read by the stage's own parser, holds the settings the pipeline means."""
 
 from __future__ import annotations
 
-import argparse
 import importlib
-
-import pytest
+import json
+from dataclasses import asdict
+from pathlib import Path
 
 from training import pipeline
 
 
-class _Parsed(Exception):
-    def __init__(self, namespace):
-        self.namespace = namespace
-
-
-def test_every_stage_command_parses_in_its_module(tmp_path, monkeypatch):
+def run_recorded(cfg: pipeline.PipelineConfig, monkeypatch) -> list[tuple[str, str, dict]]:
+    """Run the pipeline with the stage commands recorded instead of run: (module, config file name, settings as the
+    stage's parser reads them from the file)."""
     calls = []
     monkeypatch.setattr(pipeline, "sh", lambda *args: calls.append(args))
     monkeypatch.setattr(pipeline, "sh_parallel", lambda commands: calls.extend(map(tuple, commands)))
+    pipeline.run(cfg, force=True)
+    out = []
+    for module, flag, path in calls:
+        assert flag == "--config" and Path(path).parent == Path(cfg.work) / "configs", (module, flag, path)
+        parsed = importlib.import_module(module).parse_args(["--config", path])  # the stage's own parser
+        written = json.loads(Path(path).read_text())
+        assert json.loads(json.dumps(asdict(parsed), default=str)) == written
+        out.append((module, Path(path).name, written))
+    return out
+
+
+def test_every_stage_runs_from_a_config_file_its_module_reads(tmp_path, monkeypatch):
     cfg = pipeline.PipelineConfig(work=str(tmp_path / "work"), teacher_out=str(tmp_path / "teacher"),
                                   out=str(tmp_path / "policy"), base="micro", grpo_updates=2)
-    pipeline.run(cfg, force=True)
-    modules = [c[0] for c in calls]
+    calls = run_recorded(cfg, monkeypatch)
+    modules = [m for m, _, _ in calls]
     assert modules[:3] == ["training.envs.alfworld.generate"] * 3
     for stage in ("training.teacher", "training.model_init", "training.sft", "training.grpo", "training.export",
                   "training.evaluate", "training.card"):
         assert stage in modules, stage
-
-    original = argparse.ArgumentParser.parse_args
-
-    def parse_then_stop(self, args=None, namespace=None):
-        raise _Parsed(original(self, args, namespace))
-
-    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
-    seen = {}
-    for module, *args in calls:
-        with pytest.raises(_Parsed) as parsed:
-            importlib.import_module(module).main(list(args))
-        seen.setdefault(module, []).append(vars(parsed.value.namespace))
+    seen: dict[str, list[dict]] = {}
+    for module, _, settings in calls:
+        seen.setdefault(module, []).append(settings)
+    assert [(g["split"], g["count"]) for g in seen["training.envs.alfworld.generate"]] == [
+        ("train", cfg.train_games), ("valid_seen", cfg.valid_seen_games), ("valid_unseen", None)]
     teacher = seen["training.teacher"]   # sharded collectors, then one render pass over their files
     assert [t["shard"] for t in teacher[:-1]] == [f"{i}/{cfg.teacher_shards}" for i in range(cfg.teacher_shards)]
+    assert not any(t["render_only"] for t in teacher[:-1])
     assert teacher[-1]["render_only"] and teacher[-1]["shard"] is None
-    sft = seen["training.sft"][0]
+    assert all(t["out"] == cfg.teacher_out and t["games_dir"] == "data/alfworld/train" for t in teacher)
+    (base,) = seen["training.model_init"]
+    assert (base["size"], base["corpus"]) == ("micro", [cfg.teacher_out])
+    (sft,) = seen["training.sft"]
     assert (sft["lm_steps"], sft["max_steps"]) == (cfg.lm_steps, cfg.sft_steps)
-    assert seen["training.grpo"][0]["div_anneal_updates"] == cfg.grpo_div_anneal
-    assert seen["training.export"][0]["temperature"] == cfg.eval_temperature
-    assert all(e["max_steps"] == cfg.eval_max_steps for e in seen["training.evaluate"])
-    ns = {tuple(e["mode"]): e["n"] for e in seen["training.evaluate"]}
-    assert ns[("inline",)] is None and ns[tuple(cfg.eval_other_modes)] == cfg.eval_other_modes_n
     assert sft["modes"] == cfg.sft_modes
+    assert sft["base"] == base["out"] and not sft["lora"]       # a from-scratch base is fine-tuned whole
+    (grpo,) = seen["training.grpo"]
+    assert (grpo["updates"], grpo["lr"]) == (cfg.grpo_updates, cfg.grpo_lr)
+    assert grpo["reward"]["div_anneal_updates"] == cfg.grpo_div_anneal
+    assert grpo["reward"]["cost_per_call"] == cfg.grpo_cost_per_call
+    (export,) = seen["training.export"]
+    assert export["temperature"] == cfg.eval_temperature    # the policy is served as it was evaluated
+    assert export["model"] == str(Path(cfg.work) / "sft" / "model")   # no GRPO model on disk: nothing ran here
+    evals = seen["training.evaluate"]    # the policy, and the policy in the other modes
+    assert [Path(e["out"]).name for e in evals] == ["eval-policy", "eval-policy-modes"]
+    assert all(e["max_steps"] == cfg.eval_max_steps for e in evals)
+    ns = {tuple(e["mode"]): e["n"] for e in evals}
+    assert ns[("inline",)] is None and ns[tuple(cfg.eval_other_modes)] == cfg.eval_other_modes_n
     assert seen["training.card"][0]["remarks"] == cfg.remarks     # the committed remarks file exists
 
 
 def test_pretrained_recipe_trains_lora_and_ships_the_adapter(tmp_path, monkeypatch):
-    calls = []
-    monkeypatch.setattr(pipeline, "sh", lambda *args: calls.append(args))
-    monkeypatch.setattr(pipeline, "sh_parallel", lambda commands: calls.extend(map(tuple, commands)))
     cfg = pipeline.PipelineConfig(work=str(tmp_path / "work"), teacher_out=str(tmp_path / "teacher"),
                                   out=str(tmp_path / "policy"), stages=["sft", "export"])
-    pipeline.run(cfg, force=True)
-    (sft,) = [c for c in calls if c[0] == "training.sft"]
-    (export,) = [c for c in calls if c[0] == "training.export"]
-    assert "--lora" in sft and sft[sft.index("--lora-from-layer") + 1] == str(cfg.lora_from_layer)
-    assert export[export.index("--base-name") + 1] == cfg.base
-    assert "training.model_init" not in [c[0] for c in calls]
+    calls = run_recorded(cfg, monkeypatch)
+    (sft,) = [s for m, _, s in calls if m == "training.sft"]
+    (export,) = [s for m, _, s in calls if m == "training.export"]
+    assert sft["lora"] and (sft["lora_r"], sft["lora_from_layer"]) == (cfg.lora_r, cfg.lora_from_layer)
+    assert export["base_name"] == cfg.base and export["adapter"].endswith("sft/adapter")
+    assert "training.model_init" not in [m for m, _, _ in calls]
+
+
+def test_a_stage_reads_its_config_file_and_flags_override_it(tmp_path):
+    from training import cli
+    from training.grpo import GRPORunConfig, parse_args
+    from training.reward import RewardConfig
+
+    cfg = GRPORunConfig(model="m", updates=3, reward=RewardConfig(cost_per_call=0.3))
+    path = cli.write_config(cfg, tmp_path / "grpo.json")
+    assert parse_args(["--config", str(path)]) == cfg
+    assert parse_args(["--config", str(path), "--updates", "5", "--cost-per-call", "0.1"]) == GRPORunConfig(
+        model="m", updates=5, reward=RewardConfig(cost_per_call=0.1))
