@@ -45,7 +45,7 @@ def test_concurrent_episodes_report_every_game_in_order_with_its_own_harness_rec
 
     model = Path(__file__).resolve().parents[2] / "models" / "default-policy"
     assert main(["--model", str(model), "--split", "fixtures", "--n", "3", "--mode", "inline", "--max-steps", "4",
-                 "--window", "3", "--concurrency", "3", "--kv-cache-gib", "0.1", "--eager",
+                 "--window", "3", "--concurrency", "3", "--kv-cache-gib", "0.1", "--max-model-len", "1024", "--eager",
                  "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "eval.json").read_text())
     episodes = report["episodes"]["fixtures/inline"]
