@@ -78,7 +78,9 @@ def targets_section(work: Path) -> str:
     seen = _overall(work, "policy", "valid_seen/inline")
     always = _overall(work, "policy-modes", "valid_unseen/always_on")
     sft_unseen = _overall(work, "sft", "valid_unseen/inline")
-    rep = _read(work / "sft" / "sft_report.json") or {}
+    rounds = sorted(work.glob("dagger-r*/sft_report.json"), key=lambda q: int(q.parent.name[len("dagger-r"):]))
+    last = rounds[-1] if rounds else work / "sft" / "sft_report.json"   # the shipped adapter's training report
+    rep = _read(last) or {}
     acc = (rep.get("constrained_eval") or {}).get("exact_action")
     rows = ["| target | value | this run | |", "|---|---|---|---|"]
     val = f"{unseen['success_pct']:.1f} %" if unseen else "-"
@@ -87,7 +89,7 @@ def targets_section(work: Path) -> str:
     val = f"{seen['success_pct']:.1f} %" if seen else "-"
     rows.append(f"| success, valid_seen inline | ≥ 85 % | {val} | "
                 f"{mark(None if not seen else seen['success_pct'] >= 85)} |")
-    rows.append(f"| held-out constrained exact action after SFT | ≥ 95 % | "
+    rows.append(f"| held-out constrained exact action after SFT ({last.parent.name}) | ≥ 95 % | "
                 f"{'-' if acc is None else f'{100 * acc:.1f} %'} | {mark(None if acc is None else acc >= 0.95)} |")
     if sft_unseen and unseen:
         ok = (unseen["mean_harness_calls"] * 2 <= sft_unseen["mean_harness_calls"]
@@ -104,6 +106,28 @@ def targets_section(work: Path) -> str:
     else:
         rows.append("| harness tokens per episode | inline < always_on | - | not measured |")
     return "\n".join(rows)
+
+
+def dagger_section(work: Path, teacher: Path) -> str:
+    """Per round: how the learner that played did on its (unseen for it) train games, and what the round trained."""
+    rows = ["| round | learner's train games won | steps labelled | agreement with the expert | rollout s | "
+            "sequences trained (by source) | train s | held-out exact action after |", "|---" * 8 + "|"]
+    r = 1
+    while (roll := _read(teacher / f"dagger-train.r{r}.json")) is not None:
+        rep = _read(work / f"dagger-r{r}" / "sft_report.json") or {}
+        acc = (rep.get("constrained_eval") or {}).get("exact_action")
+        rows.append(f"| {r} | {roll['policy_won']}/{roll['games']} | {roll['steps']} | "
+                    f"{100 * roll['agreement']:.1f} % | {roll['seconds']} | "
+                    f"{rep.get('train_sequences_by_source', '-')} | {rep.get('train_seconds', '-')} | "
+                    f"{'-' if acc is None else f'{100 * acc:.1f} %'} |")
+        r += 1
+    if r == 1:
+        return "not run"
+    cfg = (_read(work / "dagger-r1" / "sft_report.json") or {}).get("config", {})
+    brief = {k: cfg.get(k) for k in ("max_steps", "batch", "lr", "train_from_layer", "sources")}
+    return ("The policy plays train games through the service's runtime (greedy, grammar-constrained); the search "
+            "expert labels every state it reaches; the adapter trains on those labels plus a share of the expert's "
+            f"own episodes (`training.sft --init-adapter`, `{json.dumps(brief)}`).\n\n" + "\n".join(rows))
 
 
 def grpo_section(work: Path) -> str:
@@ -156,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         base_text = f"`{json.dumps(base)}`" if base else "see config.json"
     sections = {"Targets (issue 12)": targets_section(work), "Base model": base_text,
                 "Teacher data": teacher_section(Path(args.teacher)),
-                "SFT": sft_section(work), "GRPO": grpo_section(work)}
+                "SFT": sft_section(work), "DAgger": dagger_section(work, Path(args.teacher)),
+                "GRPO": grpo_section(work)}
     for label in ("policy", "policy-modes", "sft"):
         md = work / f"eval-{label}" / "eval.md"
         ev = _read(work / f"eval-{label}" / "eval.json")

@@ -1,6 +1,7 @@
 """python -m training.pipeline --out models/default-policy
 
-The default policy end to end: games -> teacher -> base model -> SFT -> GRPO -> export -> evaluation -> model card.
+The default policy end to end: games -> teacher -> base model -> SFT -> DAgger -> GRPO -> export -> evaluation ->
+model card.
 ``make policy`` runs this command (with ``OMP_NUM_THREADS=1``). Settings: ``PipelineConfig`` (``--help`` lists them;
 ``--config FILE.json`` reads them from a file, see ``training.cli``). There is no GPU preset: the GPU recipe in
 docs/training.md runs the stages one by one.
@@ -61,6 +62,22 @@ class PipelineConfig:
     bf16_autocast: bool = field(default=True, metadata={
         "help": "bf16 autocast in SFT, on CPUs with avx512_bf16/AMX only (checked at run time)"})
     threads: int = field(default=2, metadata={"help": "torch threads for SFT and GRPO"})
+    dagger_rounds: int = field(default=1, metadata={
+        "help": "DAgger rounds after SFT: the policy plays train games, the search expert labels the states it "
+                "reaches, the adapter trains dagger_steps more on those labels plus a share of the expert's "
+                "episodes"})
+    dagger_games: int = field(default=160, metadata={
+        "help": "train games per round (round r plays the games after round r-1's)"})
+    dagger_max_steps: int = field(default=30, metadata={"help": "environment steps per DAgger rollout"})
+    dagger_steps: int = field(default=60, metadata={"help": "SFT steps per round (sft_batch sequences each)"})
+    dagger_lr: float = field(default=1e-4, metadata={"help": "peak learning rate of a round"})
+    dagger_train_from_layer: int = field(default=20, metadata={
+        "help": "a round trains the adapters of this layer and above only (about half the backward pass)"})
+    dagger_cap: int = field(default=4, metadata={
+        "help": "sequences per DAgger episode (its first errors; a looping learner repeats one mistake many times)"})
+    dagger_sources: dict = field(default_factory=lambda: {"dagger": 1.0, "search": 0.25}, metadata={
+        "help": "share of each source's sequences in a round (JSON): the learner's labelled states and the "
+                "expert's own episodes, so a round does not forget them"})
     grpo_updates: int = field(default=0, metadata={
         "help": "GRPO updates; 0: no GRPO stage (not yet run on the pretrained base; issue 12)"})
     grpo_group: int = field(default=4, metadata={"help": "GRPO rollouts per game"})
@@ -85,7 +102,8 @@ class PipelineConfig:
     out: str = field(default="models/default-policy", metadata={"help": "policy folder"})
     remarks: str | None = field(default="docs/policy_remarks.md", metadata={
         "help": "hand-written part of the card (limits, what was tried)"})
-    stages: list[str] = field(default_factory=lambda: ["games", "teacher", "base", "sft", "grpo", "export", "eval"],
+    stages: list[str] = field(default_factory=lambda: ["games", "teacher", "base", "sft", "dagger", "grpo", "export",
+                                                        "eval"],
                               metadata={"help": "stages to run"})
     force: bool = field(default=False, metadata={"help": "rerun stages whose output exists"})
 
@@ -157,6 +175,9 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
             base=base, data=cfg.teacher_out, out=str(work / "sft"), max_steps=cfg.sft_steps, lm_steps=cfg.lm_steps,
             lr=cfg.sft_lr, batch=cfg.sft_batch, modes=cfg.sft_modes, max_length=cfg.sft_max_length,
             threads=cfg.threads, bf16=cfg.bf16_autocast and cpu_has_bf16(), **lora)))
+    adapter = work / "sft" / "adapter"
+    if pretrained and "dagger" in cfg.stages:
+        adapter = dagger_rounds(cfg, work, base, adapter, done)
     if "grpo" in cfg.stages and cfg.grpo_updates and not done(work / "grpo" / "model"):
         sh(*stage(work, "grpo", "training.grpo", GRPORunConfig(
             model=str(work / "sft" / "model"), out=str(work / "grpo"), updates=cfg.grpo_updates,
@@ -167,7 +188,7 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
     bank = f"{cfg.teacher_out}/bank.json"
     if "export" in cfg.stages and pretrained and final == work / "sft" / "model":
         sh(*stage(work, "export", "training.export", ExportConfig(
-            model=base, adapter=str(work / "sft" / "adapter"), base_name=cfg.base, out=cfg.out, bank=bank,
+            model=base, adapter=str(adapter), base_name=cfg.base, out=cfg.out, bank=bank,
             temperature=cfg.eval_temperature)))
     elif "export" in cfg.stages:  # the policy is served as it was evaluated
         sh(*stage(work, "export", "training.export", ExportConfig(
@@ -191,6 +212,41 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
         sh(*stage(work, "card", "training.card", CardConfig(
             policy=cfg.out, work=str(work), teacher=cfg.teacher_out,
             remarks=cfg.remarks if cfg.remarks and Path(cfg.remarks).exists() else None)))
+
+
+def dagger_rounds(cfg: PipelineConfig, work: Path, base: str, adapter: Path, done) -> Path:
+    """Run the DAgger rounds (``training.dagger``); returns the last round's adapter.
+
+    Round r: export the current adapter as a served policy folder, let it play ``dagger_games`` train games (the
+    search expert labels every state it reaches), re-render the teacher data with those trajectories, and train the
+    adapter on (``training.sft --init-adapter``). Each round's rollout report (``<teacher>/dagger-train.r<r>.json``)
+    is also the measure of the policy that played it: success on train games it never trained on."""
+    from training.dagger import DaggerConfig
+
+    bank = f"{cfg.teacher_out}/bank.json"
+    for r in range(1, cfg.dagger_rounds + 1):
+        rd = work / f"dagger-r{r}"
+        if done(rd / "adapter"):
+            adapter = rd / "adapter"
+            continue
+        learner = rd / "learner"
+        if not done(learner / "policy.json"):
+            sh(*stage(work, f"dagger-r{r}-export", "training.export", ExportConfig(
+                model=base, adapter=str(adapter), base_name=cfg.base, out=str(learner), bank=bank)))
+        if not done(Path(cfg.teacher_out) / f"dagger-train.r{r}.json"):
+            sh(*stage(work, f"dagger-r{r}-rollouts", "training.dagger", DaggerConfig(
+                model=str(learner), n=cfg.dagger_games, skip=(r - 1) * cfg.dagger_games, out=cfg.teacher_out,
+                round=r, max_steps=cfg.dagger_max_steps, concurrency=8, kv_cache_gib=cfg.eval_kv_cache_gib)))
+        sh(*stage(work, f"dagger-r{r}-render", "training.teacher", TeacherConfig(
+            games_dir="data/alfworld/train", out=cfg.teacher_out, render_only=True)))
+        sh(*stage(work, f"dagger-r{r}-sft", "training.sft", SFTRunConfig(
+            base=base, data=cfg.teacher_out, out=str(rd), max_steps=cfg.dagger_steps, lr=cfg.dagger_lr,
+            batch=cfg.sft_batch, modes=cfg.sft_modes, max_length=cfg.sft_max_length, threads=cfg.threads,
+            bf16=cfg.bf16_autocast and cpu_has_bf16(), init_adapter=str(adapter),
+            train_from_layer=cfg.dagger_train_from_layer, sources=cfg.dagger_sources, dagger_cap=cfg.dagger_cap,
+            seed=r)))
+        adapter = rd / "adapter"
+    return adapter
 
 
 def parse_args(argv: list[str] | None = None) -> PipelineConfig:

@@ -63,6 +63,16 @@ class SFTRunConfig:
     seed: int = field(default=0, metadata={"help": "seed"})
     threads: int = field(default=2, metadata={"help": "torch threads"})
     save_steps: int = field(default=50, metadata={"help": "checkpoint every N steps (resumable)"})
+    init_adapter: str | None = field(default=None, metadata={
+        "help": "continue training this LoRA adapter folder (a DAgger round) instead of a fresh one"})
+    train_from_layer: int = field(default=0, metadata={
+        "help": "train only the adapters of this layer and above (the others stay as they are, and the backward "
+                "pass stops there: a round on top of a trained adapter costs about half)"})
+    dagger_cap: int = field(default=0, metadata={
+        "help": "sequences kept per DAgger episode, the first ones (one per state where the learner erred; 0: all)"})
+    sources: dict = field(default_factory=dict, metadata={
+        "help": "share of each trajectory source's sequences kept (JSON, e.g. {\"dagger\": 1.0, \"search\": 0.3}); "
+                "sources not named are dropped; all kept when empty"})
 
 
 def episodes_of(rows: list[dict]) -> list[dict]:
@@ -75,11 +85,13 @@ def episodes_of(rows: list[dict]) -> list[dict]:
         cur = seqs[-1] if seqs else None
         full = r["prompt"] + r["completion"]
         span = (len(r["prompt"]), len(full))
-        if cur and cur["game"] == r["game"] and cur["mode"] == r["mode"] and r["prompt"].startswith(cur["text"]):
+        source = r.get("source", "search")
+        if cur and (cur["game"], cur["mode"], cur["source"]) == (r["game"], r["mode"], source) \
+                and r["prompt"].startswith(cur["text"]):
             cur["text"] = full
             cur["spans"].append(span)
         else:
-            seqs.append({"text": full, "spans": [span], "game": r["game"], "mode": r["mode"]})
+            seqs.append({"text": full, "spans": [span], "game": r["game"], "mode": r["mode"], "source": source})
     return seqs
 
 
@@ -110,10 +122,35 @@ def load_rows(cfg: SFTRunConfig) -> tuple[list[dict], list[dict]]:
         kept = {g for g in games if g not in held_games and rnd.random() < share}
         for r in rows:
             if r["game"] in held_games:
-                held.append(r)
+                if r.get("source", "search") != "dagger":   # held-out turns stay the expert's own states
+                    held.append(r)
             elif r["game"] in kept:
                 train.append(r)
     return train, held
+
+
+def select_sources(eps: list[dict], shares: dict, seed: int = 0, dagger_cap: int = 0) -> list[dict]:
+    """Keep a share of each source's sequences (``SFTRunConfig.sources``; all of them when ``shares`` is empty), and
+    of a DAgger episode only its first ``dagger_cap`` sequences (0: all).
+
+    A DAgger episode is split into one sequence per state where the learner's action differed from the expert's
+    label (``episodes_of``); a learner stuck in a loop repeats the same mistake many times, and each sequence re-reads
+    the whole history, so the first few carry the lesson at a fraction of the tokens."""
+    if dagger_cap:
+        seen: dict[tuple, int] = {}
+        capped = []
+        for e in eps:
+            if e["source"] == "dagger":
+                key = (e["game"], e["mode"])
+                seen[key] = seen.get(key, 0) + 1
+                if seen[key] > dagger_cap:
+                    continue
+            capped.append(e)
+        eps = capped
+    if not shares:
+        return eps
+    rnd = random.Random(seed + 1)
+    return [e for e in eps if rnd.random() < float(shares.get(e["source"], 0.0))]
 
 
 def _trainer(cfg: SFTRunConfig, model, tok, data, out: Path, steps: int, peft_config=None):
@@ -126,6 +163,15 @@ def _trainer(cfg: SFTRunConfig, model, tok, data, out: Path, steps: int, peft_co
                      completion_only_loss=True, seed=cfg.seed, dataloader_num_workers=0, dataset_num_proc=1,
                      packing=False, loss_type="nll")
     return SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tok, peft_config=peft_config)
+
+
+def _freeze_below(model, layer: int) -> None:
+    """Stop training the LoRA weights of decoder layers below ``layer``."""
+    import re
+    for name, param in model.named_parameters():
+        m = re.search(r"\.layers\.(\d+)\.", name)
+        if "lora_" in name and m and int(m.group(1)) < layer:
+            param.requires_grad_(False)
 
 
 def _has_gpu() -> bool:
@@ -153,14 +199,18 @@ def run(cfg: SFTRunConfig) -> dict:
     model = AutoModelForCausalLM.from_pretrained(cfg.base, dtype=torch.bfloat16 if cfg.bf16 and _has_gpu()
                                                  else torch.float32)
     peft_config = None
-    if cfg.lora:
+    if cfg.init_adapter:
+        from peft import PeftModel
+        model = PeftModel.from_pretrained(model, cfg.init_adapter, is_trainable=True)
+        _freeze_below(model, cfg.train_from_layer)
+    elif cfg.lora:
         from peft import LoraConfig
         n_layers = model.config.num_hidden_layers
         peft_config = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, target_modules=list(LORA_TARGETS),
                                  layers_to_transform=list(range(cfg.lora_from_layer, n_layers)),
                                  task_type="CAUSAL_LM")
     train_rows, held = load_rows(cfg)
-    eps = episodes_of(train_rows)
+    eps = select_sources(episodes_of(train_rows), cfg.sources, cfg.seed, cfg.dagger_cap)
     random.Random(cfg.seed).shuffle(eps)
     tokens = [tokenize_episode(tok, e, cfg.max_length) for e in eps]
     data = Dataset.from_list(tokens)
@@ -178,7 +228,7 @@ def run(cfg: SFTRunConfig) -> dict:
     logs += [{"stage": "sft", **h} for h in t.state.log_history]
     model = t.model
     train_s = round(time.perf_counter() - started, 1)
-    if cfg.lora:
+    if cfg.lora or cfg.init_adapter:
         model.save_pretrained(out / "adapter")
         tok.save_pretrained(out / "adapter")
         model = model.merge_and_unload()
@@ -186,7 +236,11 @@ def run(cfg: SFTRunConfig) -> dict:
     tok.save_pretrained(out / "model")
     from training.constrained_eval import constrained_accuracy
     acc = constrained_accuracy(model, tok, held, cfg.eval_turns, seed=cfg.seed)
-    report = {"config": asdict(cfg), "train_episodes": len(eps), "train_turns": len(train_rows),
+    by_source: dict[str, int] = {}
+    for e in eps:
+        by_source[e["source"]] = by_source.get(e["source"], 0) + 1
+    report = {"config": asdict(cfg), "train_episodes": len(eps), "train_sequences_by_source": by_source,
+              "train_turns": len(train_rows),
               "train_tokens_per_epoch": n_tok, "loss_tokens_per_epoch": n_loss, "heldout_turns": len(held),
               "train_seconds": train_s, "seconds": round(time.perf_counter() - started, 1),
               "constrained_eval": acc, "log": logs}

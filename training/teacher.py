@@ -21,7 +21,8 @@ The Experience bank evolves during rendering exactly as in the service: each win
 is consolidated by ``service.bank.evolver.consolidate`` (evidence from ``service.bank.evidence.evidence_of``).
 
 Output, per mode: ``<out>/<mode>.jsonl`` rows ``{"prompt", "completion", "mode", "kind", "verb", "game", "admissible",
-"verbs"}`` (one per turn, in episode order) where ``completion = format_response(think, action) + "<|im_end|>"``.
+"verbs", "source"}`` (one per turn, in episode order; source: the trajectory's expert, ``dagger`` for a learner's
+states) where ``completion = format_response(think, action) + "<|im_end|>"``.
 Prompts are the episode so far (``service.policy.render``), so each turn's prompt extends the previous turn's prompt
 and completion: ``training.sft`` trains a whole episode as one sequence. ``<out>/stats.json`` has the harness share.
 """
@@ -181,7 +182,8 @@ def render_episode(traj: dict, mode: str, bank: dict, harness_cap: int = 3) -> t
         completion = format_response(think, target or action)
         parse(completion, state["admissible"], ti.verbs)  # the teacher obeys the parser too
         samples.append({"prompt": ti.prompt, "completion": completion + IM_END, "mode": mode, "kind": kind,
-                        "verb": verb, "game": traj["game"], "admissible": state["admissible"], "verbs": ti.verbs})
+                        "verb": verb, "game": traj["game"], "admissible": state["admissible"], "verbs": ti.verbs,
+                        "source": traj["expert"]})
         decision = parse(format_response(think, action), state["admissible"], ti.verbs)
         state, result = apply_decision(state, decision, domain, entries, ti)
         return result

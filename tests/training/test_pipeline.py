@@ -89,3 +89,29 @@ def test_a_stage_reads_its_config_file_and_flags_override_it(tmp_path):
     assert parse_args(["--config", str(path)]) == cfg
     assert parse_args(["--config", str(path), "--updates", "5", "--cost-per-call", "0.1"]) == GRPORunConfig(
         model="m", updates=5, reward=RewardConfig(cost_per_call=0.1))
+
+
+def test_dagger_rounds_chain_learner_rollouts_render_and_continued_sft(tmp_path, monkeypatch):
+    cfg = pipeline.PipelineConfig(work=str(tmp_path / "work"), teacher_out=str(tmp_path / "teacher"),
+                                  out=str(tmp_path / "policy"), stages=["dagger", "export"], dagger_rounds=2)
+    calls = run_recorded(cfg, monkeypatch)
+    names = [name for _, name, _ in calls]
+    assert names == ["dagger-r1-export.json", "dagger-r1-rollouts.json", "dagger-r1-render.json", "dagger-r1-sft.json",
+                     "dagger-r2-export.json", "dagger-r2-rollouts.json", "dagger-r2-render.json", "dagger-r2-sft.json",
+                     "export.json", "card.json"]
+    by_name = {name: s for _, name, s in calls}
+    work = Path(cfg.work)
+    # round 1 starts from the SFT adapter, round 2 from round 1's; the shipped adapter is round 2's
+    assert by_name["dagger-r1-export.json"]["adapter"] == str(work / "sft" / "adapter")
+    assert by_name["dagger-r1-sft.json"]["init_adapter"] == str(work / "sft" / "adapter")
+    assert by_name["dagger-r2-export.json"]["adapter"] == str(work / "dagger-r1" / "adapter")
+    assert by_name["dagger-r2-sft.json"]["init_adapter"] == str(work / "dagger-r1" / "adapter")
+    assert by_name["export.json"]["adapter"] == str(work / "dagger-r2" / "adapter")
+    # each round plays the learner it just exported, on train games no earlier round played
+    r1, r2 = by_name["dagger-r1-rollouts.json"], by_name["dagger-r2-rollouts.json"]
+    assert r1["model"] == str(work / "dagger-r1" / "learner") and (r1["skip"], r2["skip"]) == (0, cfg.dagger_games)
+    assert (r1["round"], r2["round"], r1["out"]) == (1, 2, cfg.teacher_out)
+    assert by_name["dagger-r1-render.json"]["render_only"]
+    sft = by_name["dagger-r1-sft.json"]
+    assert (sft["max_steps"], sft["lr"], sft["train_from_layer"], sft["sources"], sft["dagger_cap"]) == (
+        cfg.dagger_steps, cfg.dagger_lr, cfg.dagger_train_from_layer, cfg.dagger_sources, cfg.dagger_cap)
