@@ -6,7 +6,8 @@ DAgger: the trained policy plays train games; the search expert labels every sta
 The policy plays through the service's runtime and the vLLM engine exactly as in evaluation (inline mode, greedy,
 ``--concurrency`` episodes at once). At each environment step, ``training.search_expert.SearchExpert`` reads the
 Belief that perception built from the same observations and names the action it would take. The trajectory
-(observations, the policy's executed actions, the expert's labels) goes to ``<out>/dagger-train.r<round>.jsonl``;
+(observations, the policy's executed actions, the expert's labels) is appended to ``<out>/dagger-train.r<round>.jsonl``
+game by game, so an interrupted round resumes where it stopped (the report covers the games in the file);
 ``training.teacher --render-only`` then renders it with the other trajectories: the prompt follows what the policy
 did, the completion is the expert's label. Where they differ, the episode's sequence ends at that turn and the next
 turn starts a new sequence (``training.sft.episodes_of``), so the policy learns to recover from its own mistakes.
@@ -80,10 +81,45 @@ def parse_args(argv: list[str] | None = None) -> DaggerConfig:
     return cli.parse(DaggerConfig, argv, __doc__)
 
 
+def report(trajs: list[dict], seconds: float) -> dict:
+    """The round's rollout report: how the learner did on these games and how often it agreed with the expert."""
+    agree = sum(a == b for t in trajs for a, b in zip(t["actions"], t["labels"]))
+    total = sum(len(t["labels"]) for t in trajs)
+    return {"games": len(trajs), "policy_won": sum(bool(t["won"]) for t in trajs), "steps": total,
+            "agreement": round(agree / max(1, total), 3), "seconds": round(seconds, 1)}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from training.envs.alfworld.paths import list_games
+
+    games = [g for g in list_games(args.games) if not g.name.startswith(".")][args.skip:args.skip + args.n]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"dagger-train.r{args.round}.jsonl"
+    # resumable: games already in the file (an interrupted round) are not played again
+    have = {t["game"]: t for t in map(json.loads, path.read_text().splitlines())} if path.exists() else {}
+    todo = [g for g in games if g.name not in have]
+    started = time.perf_counter()
+    if todo:
+        with path.open("a") as f:
+            for traj in play(args, todo):
+                f.write(json.dumps(traj) + "\n")
+                f.flush()
+                have[traj["game"]] = traj
+    stats_path = out / f"dagger-train.r{args.round}.json"
+    before = json.loads(stats_path.read_text()).get("seconds", 0.0) if stats_path.exists() else 0.0
+    rep = report([have[g.name] for g in games if g.name in have], before + time.perf_counter() - started)
+    stats_path.write_text(json.dumps(rep, indent=1))
+    print(json.dumps(rep))
+    return 0
+
+
+def play(args: DaggerConfig, games: list[Path]):
+    """The learner plays ``games`` (``concurrency`` at a time); yields each trajectory with the expert's labels, in
+    game order."""
     from concurrent.futures import ThreadPoolExecutor
 
     from transformers import AutoTokenizer
@@ -91,10 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     from service.bank.evolver import new_bank
     from service.policy.engines.vllm_local import VLLMEngine
     from service.policy.pretrained import resolve_policy_dir
-    from training.envs.alfworld.paths import list_games
     from training.evaluate import EpisodeSlots
 
-    games = [g for g in list_games(args.games) if not g.name.startswith(".")][args.skip:args.skip + args.n]
     model = Path(args.model)
     tok = AutoTokenizer.from_pretrained(str(resolve_policy_dir(model)))
     engine = VLLMEngine(model, max_model_len=4096, kv_cache_gib=args.kv_cache_gib, enforce_eager=args.eager,
@@ -104,29 +138,16 @@ def main(argv: list[str] | None = None) -> int:
     policy = LabelingPolicy(engine, bank=bank,
                             count_tokens=lambda text: len(tok(text, add_special_tokens=False)["input_ids"]))
     slots = EpisodeSlots(policy, args.concurrency, args.max_steps)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"dagger-train.r{args.round}.jsonl"
-    started, agree, total, won = time.perf_counter(), 0, 0, 0
     try:
-        with ThreadPoolExecutor(args.concurrency) as pool, path.open("w") as f:
+        with ThreadPoolExecutor(args.concurrency) as pool:
             for game, (row, _) in zip(games, pool.map(slots.play, games)):
                 d = row["dagger"]
-                traj = {"game": game.name, "task_text": d["task_text"], "task_type": row["task_type"],
-                        "won": row["won"], "steps": d["steps"], "actions": d["actions"], "labels": d["labels"],
-                        "expert": "dagger", "round": args.round}
-                f.write(json.dumps(traj) + "\n")
-                agree += sum(a == b for a, b in zip(d["actions"], d["labels"]))
-                total += len(d["labels"])
-                won += row["won"]
+                yield {"game": game.name, "task_text": d["task_text"], "task_type": row["task_type"],
+                       "won": row["won"], "steps": d["steps"], "actions": d["actions"], "labels": d["labels"],
+                       "expert": "dagger", "round": args.round}
     finally:
         slots.close()
         policy.close()
-    report = {"games": len(games), "policy_won": won, "steps": total,
-              "agreement": round(agree / max(1, total), 3), "seconds": round(time.perf_counter() - started, 1)}
-    (out / f"dagger-train.r{args.round}.json").write_text(json.dumps(report, indent=1))
-    print(json.dumps(report))
-    return 0
 
 
 if __name__ == "__main__":

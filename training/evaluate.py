@@ -292,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
                 report["seconds"][key] = round(time.perf_counter() - started, 1)
                 report.setdefault("episodes", {})[key] = results
                 (out / "eval.json").write_text(json.dumps(report, indent=1))
+                (out / "eval.md").write_text(markdown(report) + "\n")   # each finished (split, mode) counts
     finally:
         slots.close()
         policy.close()

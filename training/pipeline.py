@@ -194,7 +194,7 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
         sh(*stage(work, "export", "training.export", ExportConfig(
             model=str(final), out=cfg.out, bank=bank, temperature=cfg.eval_temperature)))
     if "eval" in cfg.stages:
-        runs = [("policy", Path(cfg.out), ["valid_seen", "valid_unseen"], ["inline"], cfg.eval_n),
+        runs = [("policy", Path(cfg.out), ["valid_unseen", "valid_seen"], ["inline"], cfg.eval_n),
                 ("policy-modes", Path(cfg.out), ["valid_unseen"], cfg.eval_other_modes,
                  min(filter(None, [cfg.eval_n, cfg.eval_other_modes_n]), default=None))]
         if final != work / "sft" / "model":  # GRPO ran: its SFT checkpoint is the baseline

@@ -118,7 +118,7 @@ def load_rows(cfg: SFTRunConfig) -> tuple[list[dict], list[dict]]:
             continue
         rows = [json.loads(line) for line in path.read_text().splitlines()]
         games = sorted({r["game"] for r in rows})
-        held_games = set(games[-cfg.holdout_games:]) if len(games) > cfg.holdout_games else set()
+        held_games = set(games[-cfg.holdout_games:]) if 0 < cfg.holdout_games < len(games) else set()
         kept = {g for g in games if g not in held_games and rnd.random() < share}
         for r in rows:
             if r["game"] in held_games:
