@@ -1,4 +1,6 @@
-"""Candidate scoring: pick the environment action by its whole log-probability instead of committing token by token.
+"""python -m training.candidate_scoring --model models/default-policy --rows data/heldout/inline.jsonl
+
+Candidate scoring: pick the environment action by its whole log-probability instead of committing token by token.
 
 Grammar-constrained greedy decoding (what the service does) chooses at the first token where the admissible actions
 diverge: ``go`` collects the mass of every ``go to X``, so with ten receptacles in view the policy can walk away from
@@ -11,6 +13,11 @@ short forward per candidate on that cache.
 """
 
 from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -72,3 +79,41 @@ def compare(model, tok, rows: list[dict]) -> dict:
                 tally[f"{rule}_decision"].append(int(action == want))
     return {"turns": len(rows), **{k: round(sum(v) / len(v), 3) if v else None for k, v in tally.items()},
             "decision_turns": len(tally["greedy_decision"])}
+
+
+@dataclass
+class CandidateConfig:
+    """Greedy vs candidate scoring on teacher turns."""
+
+    model: str = field(metadata={"help": "policy folder (a policy.json folder is merged first) or HF model folder"})
+    rows: str = field(metadata={"help": "teacher rows (<teacher>/<mode>.jsonl) of games the model never trained on"})
+    out: str | None = field(default=None, metadata={"help": "report JSON (printed either way)"})
+    n: int = field(default=60, metadata={"help": "environment turns sampled (all when fewer)"})
+    seed: int = field(default=0, metadata={"help": "sampling seed"})
+    threads: int = field(default=1, metadata={"help": "torch threads"})
+
+
+def main(argv: list[str] | None = None) -> int:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from service.policy.pretrained import resolve_policy_dir
+    from training import cli
+
+    cfg = cli.parse(CandidateConfig, argv, __doc__)
+    torch.set_num_threads(cfg.threads)
+    folder = str(resolve_policy_dir(Path(cfg.model)))
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(folder)
+    rows = [r for r in map(json.loads, Path(cfg.rows).read_text().splitlines())
+            if r["kind"] == "env" and r.get("source", "search") != "dagger"]
+    rows = random.Random(cfg.seed).sample(rows, min(cfg.n, len(rows)))
+    report = {"model": cfg.model, "rows": cfg.rows, **compare(model, tok, rows)}
+    if cfg.out:
+        Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(cfg.out).write_text(json.dumps(report, indent=1))
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

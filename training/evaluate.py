@@ -42,6 +42,10 @@ class EvalConfig:
     split: list[str] = field(default_factory=lambda: ["valid_unseen"], metadata={"help": "splits to play"})
     mode: list[str] = field(default_factory=lambda: ["inline"], metadata={"help": "harness modes to play"})
     n: int | None = field(default=None, metadata={"help": "games per split (all when not given)"})
+    skip: int = field(default=0, metadata={
+        "help": "skip the first N games of each split (another process plays them: see --merge)"})
+    merge: list[str] = field(default_factory=list, metadata={
+        "help": "report folders to merge into --out instead of playing (their episodes, in the order given)"})
     max_steps: int = field(default=50, metadata={"help": "environment steps per episode"})
     window: int = field(default=8, metadata={"help": "episodes per bank consolidation"})
     concurrency: int = field(default=8, metadata={
@@ -186,7 +190,8 @@ class EpisodeSlots:
             env.close()
 
 
-def evaluate_one(slots: EpisodeSlots, games, mode: str, bank: dict, window: int) -> tuple[list[dict], dict]:
+def evaluate_one(slots: EpisodeSlots, games, mode: str, bank: dict, window: int,
+                 on_window=None) -> tuple[list[dict], dict]:
     """Play ``games`` in windows of ``window`` episodes (up to the slots' concurrency at once), consolidating the
     bank after each window from that window's evidence in game order, as the service's evolver would."""
     from concurrent.futures import ThreadPoolExecutor
@@ -206,6 +211,8 @@ def evaluate_one(slots: EpisodeSlots, games, mode: str, bank: dict, window: int)
             bank, _ = consolidate(bank, evidence, start // window + 1)
             results += [row for row, _ in played]
             bar.update(len(chunk))
+            if on_window is not None:
+                on_window(results, bank)
     bar.close()
     return results, bank
 
@@ -250,8 +257,30 @@ def parse_args(argv: list[str] | None = None) -> EvalConfig:
     return cli.parse(EvalConfig, argv, __doc__)
 
 
+def merge_reports(folders: list[str], out: Path) -> dict:
+    """One report from several processes' reports (e.g. ``--skip 0 --n 48`` and ``--skip 48``): their episodes per
+    (split, mode) in the order given, summarized again; seconds are the slowest process's (they ran side by side).
+    Each process consolidated its own copy of the bank, so the merged bank size is the largest of theirs."""
+    reports = [json.loads((Path(f) / "eval.json").read_text()) for f in folders]
+    merged = {**reports[0], "results": {}, "seconds": {}, "episodes": {}, "partial": {}, "merged_from": folders}
+    for key in reports[0]["results"]:
+        episodes = [e for r in reports for e in r["episodes"].get(key, [])]
+        bank_size = max(r["results"][key]["bank_size"] for r in reports if key in r["results"])
+        merged["results"][key] = summarize_mode(episodes, {"entries": range(bank_size)})
+        merged["seconds"][key] = max(r["seconds"].get(key, 0.0) for r in reports)
+        merged["episodes"][key] = episodes
+        merged["partial"][key] = [r.get("partial", {}).get(key) for r in reports]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "eval.json").write_text(json.dumps(merged, indent=1))
+    (out / "eval.md").write_text(markdown(merged) + "\n")
+    return merged
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.merge:
+        print(markdown(merge_reports(args.merge, Path(args.out or "runs/eval/merged"))))
+        return 0
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from service.bank.evolver import new_bank
@@ -271,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
                         enforce_eager=args.eager, dtype=args.dtype)
     sampling = Sampling(temperature=args.temperature, top_p=args.top_p,
                         seed=args.seed)
-    report = {"model": str(model), "max_steps": args.max_steps, "n": args.n, "results": {}, "seconds": {},
+    report = {"model": str(model), "max_steps": args.max_steps, "n": args.n, "skip": args.skip, "results": {},
+              "seconds": {},
               "concurrency": min(args.concurrency, args.window), "window": args.window,
               "sampling": {"temperature": args.temperature, "top_p": args.top_p, "seed": sampling.seed}}
     from transformers import AutoTokenizer
@@ -283,16 +313,21 @@ def main(argv: list[str] | None = None) -> int:
     slots = EpisodeSlots(policy, min(args.concurrency, args.window), args.max_steps)
     try:
         for split in args.split:
-            games = games_for(split, args.n)
+            games = games_for(split, args.n and args.n + args.skip)[args.skip:]
             for mode in args.mode:
-                started = time.perf_counter()
-                results, bank = evaluate_one(slots, games, mode, json.loads(json.dumps(start_bank)), args.window)
-                key = f"{split}/{mode}"
-                report["results"][key] = summarize_mode(results, bank)
-                report["seconds"][key] = round(time.perf_counter() - started, 1)
-                report.setdefault("episodes", {})[key] = results
-                (out / "eval.json").write_text(json.dumps(report, indent=1))
-                (out / "eval.md").write_text(markdown(report) + "\n")   # each finished (split, mode) counts
+                started, key, total = time.perf_counter(), f"{split}/{mode}", len(games)
+
+                def save(results, bank, key=key, started=started, total=total):
+                    """The report so far: a stopped run keeps every finished window (``partial`` says how many
+                    games of the split it covers)."""
+                    report["results"][key] = summarize_mode(results, bank)
+                    report["seconds"][key] = round(time.perf_counter() - started, 1)
+                    report.setdefault("episodes", {})[key] = results
+                    report.setdefault("partial", {})[key] = None if len(results) == total else len(results)
+                    (out / "eval.json").write_text(json.dumps(report, indent=1))
+                    (out / "eval.md").write_text(markdown(report) + "\n")
+
+                evaluate_one(slots, games, mode, json.loads(json.dumps(start_bank)), args.window, on_window=save)
     finally:
         slots.close()
         policy.close()

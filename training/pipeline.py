@@ -62,10 +62,11 @@ class PipelineConfig:
     bf16_autocast: bool = field(default=True, metadata={
         "help": "bf16 autocast in SFT, on CPUs with avx512_bf16/AMX only (checked at run time)"})
     threads: int = field(default=2, metadata={"help": "torch threads for SFT and GRPO"})
-    dagger_rounds: int = field(default=1, metadata={
+    dagger_rounds: int = field(default=0, metadata={
         "help": "DAgger rounds after SFT: the policy plays train games, the search expert labels the states it "
                 "reaches, the adapter trains dagger_steps more on those labels plus a share of the expert's "
-                "episodes"})
+                "episodes. 0 (off) until a round is shown to beat the SFT policy: session 7's round tied it on "
+                "the games both played (docs/training.md)"})
     dagger_games: int = field(default=160, metadata={
         "help": "train games per round (round r plays the games after round r-1's)"})
     dagger_max_steps: int = field(default=30, metadata={"help": "environment steps per DAgger rollout"})

@@ -227,7 +227,7 @@ def share_stats(samples: list[dict]) -> dict:
     by_verb: dict[str, int] = {}
     for s in harness:
         by_verb[s["verb"]] = by_verb.get(s["verb"], 0) + 1
-    episodes = len({s["game"] for s in samples}) or 1
+    episodes = len({(s["game"], s.get("source")) for s in samples}) or 1   # a game's expert and DAgger episodes
     return {"turns": len(samples), "harness_turns": len(harness),
             "harness_share": round(len(harness) / max(1, len(samples)), 4),
             "harness_per_episode": round(len(harness) / episodes, 2), "by_verb": by_verb, "episodes": episodes}

@@ -56,3 +56,32 @@ def test_concurrent_episodes_report_every_game_in_order_with_its_own_harness_rec
         assert e["steps_used"] == e["steps"] + e["harness_calls"]   # the twin's state saw exactly this game
         assert sum(e["by_verb"].values()) == e["harness_calls"]
     assert report["results"]["fixtures/inline"]["overall"]["games"] == 3
+
+
+def _episode(game: str, won: bool, task_type: str = "pick_and_place_simple") -> dict:
+    return {"game": game, "task_type": task_type, "won": won, "steps": 5 if won else 50, "harness_calls": 2,
+            "prompt_tokens": 100, "completion_tokens": 20, "by_verb": {"commit": 2}, "harness_tokens": 30,
+            "harness_call_tokens": 30, "panel_tokens": 0}
+
+
+def test_merge_reports_summarizes_the_episodes_of_both_processes_in_order(tmp_path):
+    import json
+
+    from training.evaluate import merge_reports, summarize_mode
+
+    key = "valid_unseen/inline"
+    parts = []
+    for i, episodes in enumerate(([_episode("g0", True), _episode("g1", False)], [_episode("g2", True)])):
+        folder = tmp_path / f"part{i}"
+        folder.mkdir()
+        report = {"model": "m", "max_steps": 50, "n": 2, "results": {key: summarize_mode(episodes, {"entries": {}})},
+                  "seconds": {key: 10.0 * (i + 1)}, "episodes": {key: episodes}, "partial": {key: None}}
+        (folder / "eval.json").write_text(json.dumps(report))
+        parts.append(str(folder))
+    merged = merge_reports(parts, tmp_path / "merged")
+    overall = merged["results"][key]["overall"]
+    assert [e["game"] for e in merged["episodes"][key]] == ["g0", "g1", "g2"]
+    assert (overall["games"], overall["won"], overall["success_pct"]) == (3, 2, 66.7)
+    assert merged["seconds"][key] == 20.0
+    assert json.loads((tmp_path / "merged" / "eval.json").read_text())["merged_from"] == parts
+    assert (tmp_path / "merged" / "eval.md").read_text().startswith("| split |")
