@@ -24,6 +24,8 @@ class CardConfig:
     policy: str = field(default="models/default-policy", metadata={"help": "policy folder (MODEL_CARD.md goes there)"})
     work: str = field(default="runs/policy", metadata={"help": "the pipeline's work folder (its reports)"})
     teacher: str = field(default="data/teacher", metadata={"help": "teacher folder (stats.json)"})
+    more_teacher: str = field(default="data/teacher-more", metadata={
+        "help": "teacher folder of the second train set (the pipeline's `more` stage)"})
     remarks: str | None = field(default=None, metadata={
         "help": "markdown file with remarks (limits, what was tried)"})
 
@@ -45,8 +47,8 @@ def teacher_section(teacher: Path) -> str:
             f"{100 * inline['harness_share']:.1f} % (study's teacher: ≈ 18 %).\n\n" + "\n".join(rows))
 
 
-def sft_section(work: Path) -> str:
-    rep = _read(work / "sft" / "sft_report.json")
+def sft_section(work: Path, folder: str = "sft") -> str:
+    rep = _read(work / folder / "sft_report.json")
     if not rep:
         return "not available"
     cfg = rep["config"]
@@ -54,6 +56,9 @@ def sft_section(work: Path) -> str:
     first, last = (f"{float(losses[0]['loss']):.3f}", f"{float(losses[-1]['loss']):.3f}") if losses else (None, None)
     how = (f"LoRA r={cfg['lora_r']} α={cfg['lora_alpha']} on every linear layer of layers {cfg['lora_from_layer']}+"
            if cfg.get("lora") else "full fine-tune")
+    if cfg.get("init_adapter"):
+        how = (f"the LoRA adapter `{cfg['init_adapter']}` continued, its layers {cfg.get('train_from_layer') or 0}+ "
+               "trainable")
     return (f"TRL SFTTrainer on whole episodes (one sequence each, loss on the policy's turns only), {how}; "
             f"LM steps {cfg.get('lm_steps', 0)}, SFT steps {cfg['max_steps']} × {cfg['batch']} episodes, lr "
             f"{cfg['lr']} (cosine), bf16 autocast {cfg.get('bf16')}, modes {cfg['modes']}; "
@@ -79,7 +84,8 @@ def targets_section(work: Path) -> str:
     always = _overall(work, "policy-modes", "valid_unseen/always_on")
     sft_unseen = _overall(work, "sft", "valid_unseen/inline")
     rounds = sorted(work.glob("dagger-r*/sft_report.json"), key=lambda q: int(q.parent.name[len("dagger-r"):]))
-    last = rounds[-1] if rounds else work / "sft" / "sft_report.json"   # the shipped adapter's training report
+    trained = [p for p in (work / "sft" / "sft_report.json", work / "more" / "sft_report.json") if p.exists()]
+    last = (trained + rounds or [work / "sft" / "sft_report.json"])[-1]   # the shipped adapter's training report
     rep = _read(last) or {}
     acc = (rep.get("constrained_eval") or {}).get("exact_action")
     rows = ["| target | value | this run | |", "|---|---|---|---|"]
@@ -106,6 +112,14 @@ def targets_section(work: Path) -> str:
     else:
         rows.append("| harness tokens per episode | inline < always_on | - | not measured |")
     return "\n".join(rows)
+
+
+def more_section(work: Path, teacher: Path) -> str:
+    """The `more` stage: the expert's episodes on a second train set, and the SFT that continued the adapter."""
+    if not (work / "more" / "sft_report.json").exists():
+        return "not run"
+    return (f"Teacher data of the second train set: {teacher_section(teacher)}\n\n"
+            f"Training: {sft_section(work, 'more')}")
 
 
 def dagger_section(work: Path, teacher: Path) -> str:
@@ -180,7 +194,9 @@ def main(argv: list[str] | None = None) -> int:
         base_text = f"`{json.dumps(base)}`" if base else "see config.json"
     sections = {"Targets (issue 12)": targets_section(work), "Base model": base_text,
                 "Teacher data": teacher_section(Path(args.teacher)),
-                "SFT": sft_section(work), "DAgger": dagger_section(work, Path(args.teacher)),
+                "SFT": sft_section(work),
+                "SFT continued on more games": more_section(work, Path(args.more_teacher)),
+                "DAgger": dagger_section(work, Path(args.teacher)),
                 "GRPO": grpo_section(work)}
     for label in ("policy", "policy-modes", "sft"):
         md = work / f"eval-{label}" / "eval.md"

@@ -1,7 +1,7 @@
 """python -m training.pipeline --out models/default-policy
 
-The default policy end to end: games -> teacher -> base model -> SFT -> DAgger -> GRPO -> export -> evaluation ->
-model card.
+The default policy end to end: games -> teacher -> base model -> SFT -> more (SFT continued on a second set of
+train games) -> DAgger -> GRPO -> export -> evaluation -> model card.
 ``make policy`` runs this command (with ``OMP_NUM_THREADS=1``). Settings: ``PipelineConfig`` (``--help`` lists them;
 ``--config FILE.json`` reads them from a file, see ``training.cli``). There is no GPU preset: the GPU recipe in
 docs/training.md runs the stages one by one.
@@ -62,6 +62,14 @@ class PipelineConfig:
     bf16_autocast: bool = field(default=True, metadata={
         "help": "bf16 autocast in SFT, on CPUs with avx512_bf16/AMX only (checked at run time)"})
     threads: int = field(default=2, metadata={"help": "torch threads for SFT and GRPO"})
+    more_games: int = field(default=250, metadata={
+        "help": "games of a second train set (seed more_seed, data/alfworld-more) whose expert episodes continue the "
+                "SFT adapter (training.sft --init-adapter); 0 = off"})
+    more_plan: int = field(default=500, metadata={
+        "help": "size of the second set's plan; its first more_games games are generated (a later run can add more)"})
+    more_seed: int = field(default=8008, metadata={"help": "generator seed of the second train set"})
+    more_steps: int = field(default=60, metadata={"help": "SFT steps on the second set (sft_batch episodes each)"})
+    more_lr: float = field(default=2e-4, metadata={"help": "peak learning rate on the second set"})
     dagger_rounds: int = field(default=0, metadata={
         "help": "DAgger rounds after SFT: the policy plays train games, the search expert labels the states it "
                 "reaches, the adapter trains dagger_steps more on those labels plus a share of the expert's "
@@ -103,8 +111,8 @@ class PipelineConfig:
     out: str = field(default="models/default-policy", metadata={"help": "policy folder"})
     remarks: str | None = field(default="docs/policy_remarks.md", metadata={
         "help": "hand-written part of the card (limits, what was tried)"})
-    stages: list[str] = field(default_factory=lambda: ["games", "teacher", "base", "sft", "dagger", "grpo", "export",
-                                                        "eval"],
+    stages: list[str] = field(default_factory=lambda: ["games", "teacher", "base", "sft", "more", "dagger", "grpo",
+                                                        "export", "eval"],
                               metadata={"help": "stages to run"})
     force: bool = field(default=False, metadata={"help": "rerun stages whose output exists"})
 
@@ -154,13 +162,7 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
                                                                        count=cfg.valid_seen_games)))
         sh(*stage(work, "generate-valid_unseen", generate, GenerateConfig(split="valid_unseen")))
     if "teacher" in cfg.stages and not done(f"{cfg.teacher_out}/inline.jsonl"):
-        teacher = TeacherConfig(games_dir="data/alfworld/train", out=cfg.teacher_out)
-        if cfg.teacher_shards > 1:
-            k = cfg.teacher_shards
-            sh_parallel([stage(work, f"teacher-shard{i}of{k}", "training.teacher", TeacherConfig(
-                games_dir=teacher.games_dir, out=teacher.out, shard=f"{i}/{k}")) for i in range(k)])
-            teacher.render_only = True
-        sh(*stage(work, "teacher", "training.teacher", teacher))
+        teacher_stage(cfg, work, "teacher", "data/alfworld/train", cfg.teacher_out)
     pretrained = cfg.base not in SIZES
     if pretrained:
         from service.policy.pretrained import ensure_base
@@ -177,6 +179,10 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
             lr=cfg.sft_lr, batch=cfg.sft_batch, modes=cfg.sft_modes, max_length=cfg.sft_max_length,
             threads=cfg.threads, bf16=cfg.bf16_autocast and cpu_has_bf16(), **lora)))
     adapter = work / "sft" / "adapter"
+    bank = f"{cfg.teacher_out}/bank.json"
+    if pretrained and "more" in cfg.stages and cfg.more_games:
+        adapter = more_stage(cfg, work, base, adapter, done)
+        bank = f"{MORE_TEACHER}/bank.json"   # the bank the continued adapter's recalls were rendered with
     if pretrained and "dagger" in cfg.stages:
         adapter = dagger_rounds(cfg, work, base, adapter, done)
     if "grpo" in cfg.stages and cfg.grpo_updates and not done(work / "grpo" / "model"):
@@ -186,7 +192,6 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
             lr=cfg.grpo_lr, threads=cfg.threads,
             reward=RewardConfig(cost_per_call=cfg.grpo_cost_per_call, div_anneal_updates=cfg.grpo_div_anneal))))
     final = work / "grpo" / "model" if (work / "grpo" / "model").exists() else work / "sft" / "model"
-    bank = f"{cfg.teacher_out}/bank.json"
     if "export" in cfg.stages and pretrained and final == work / "sft" / "model":
         sh(*stage(work, "export", "training.export", ExportConfig(
             model=base, adapter=str(adapter), base_name=cfg.base, out=cfg.out, bank=bank,
@@ -213,6 +218,38 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
         sh(*stage(work, "card", "training.card", CardConfig(
             policy=cfg.out, work=str(work), teacher=cfg.teacher_out,
             remarks=cfg.remarks if cfg.remarks and Path(cfg.remarks).exists() else None)))
+
+
+def teacher_stage(cfg: PipelineConfig, work: Path, label: str, games_dir: str, out: str) -> None:
+    """The search expert plays ``games_dir`` (``teacher_shards`` processes side by side), then one render."""
+    teacher = TeacherConfig(games_dir=games_dir, out=out)
+    if cfg.teacher_shards > 1:
+        k = cfg.teacher_shards
+        sh_parallel([stage(work, f"{label}-shard{i}of{k}", "training.teacher", TeacherConfig(
+            games_dir=games_dir, out=out, shard=f"{i}/{k}")) for i in range(k)])
+        teacher.render_only = True
+    sh(*stage(work, label, "training.teacher", teacher))
+
+
+MORE_GAMES, MORE_TEACHER = "data/alfworld-more", "data/teacher-more"
+
+
+def more_stage(cfg: PipelineConfig, work: Path, base: str, adapter: Path, done) -> Path:
+    """More demonstrations without a second SFT from scratch: generate ``more_games`` train games with another seed,
+    let the search expert play them, and continue the adapter on those episodes (``<work>/more``). Its held-out games
+    are games of the new set, which no stage trained on. Returns the continued adapter."""
+    out = work / "more"
+    if done(out / "adapter"):
+        return out / "adapter"
+    sh(*stage(work, "generate-more", "training.envs.alfworld.generate", GenerateConfig(
+        split="train", count=cfg.more_plan, first=cfg.more_games, seed=cfg.more_seed, out=Path(MORE_GAMES))))
+    if not done(f"{MORE_TEACHER}/inline.jsonl"):
+        teacher_stage(cfg, work, "teacher-more", f"{MORE_GAMES}/train", MORE_TEACHER)
+    sh(*stage(work, "more-sft", "training.sft", SFTRunConfig(
+        base=base, data=MORE_TEACHER, out=str(out), max_steps=cfg.more_steps, lr=cfg.more_lr, batch=cfg.sft_batch,
+        modes=cfg.sft_modes, max_length=cfg.sft_max_length, threads=cfg.threads,
+        bf16=cfg.bf16_autocast and cpu_has_bf16(), init_adapter=str(adapter), seed=1)))
+    return out / "adapter"
 
 
 def dagger_rounds(cfg: PipelineConfig, work: Path, base: str, adapter: Path, done) -> Path:

@@ -10,8 +10,9 @@ Rules (``inline`` mode only; at most the harness cap per step, checked by the ca
    (``where:<obj>`` entry) — the result names where that object usually is.
 2. ``commit [subgoal]`` on the first turn, and again each time the current subgoal is reached (its progress event
    appears in the last observation) — the Plan panel then shows what to do next.
-3. ``track [obj]`` right before the expert walks to a receptacle where a goal object was seen, when that sighting
-   has left the prompt's history window — the belief still knows it, the prompt no longer shows it.
+3. ``track [obj]`` right before the expert walks to a receptacle where a goal object was seen (for a look task that
+   holds its object: the lamp), when that sighting has left the state's history window of recent steps — the
+   belief still knows it, and the answer sits next to the decision instead of far back in the transcript.
 4. ``note [avoid <action>]`` after an action that failed ("Nothing happens.") — proposes a mistake entry.
 """
 
@@ -86,16 +87,25 @@ def _seen_in_window(state: dict, recep: str) -> bool:
     return any(recep in h["action"] or recep in h["observation"] for h in state["history"])
 
 
+def _sought(rules: RuleState, belief: dict) -> str | None:
+    """The object type the expert walks towards: the lamp once a look task holds its object, else the goal."""
+    lamp = (belief.get("goal") or {}).get("toggle")
+    if belief.get("task_type") == "look_at_obj_in_light" and lamp and belief.get("holding"):
+        return lamp
+    return rules.goal_object
+
+
 def _track_target(rules: RuleState, state: dict, next_action: str) -> str | None:
     if not next_action.startswith("go to ") or not rules.goal_object:
         return None
     target = next_action[len("go to "):]
+    sought = _sought(rules, state["belief"])
     ents = state["belief"].get("entities", {})
     here = [n for n, e in ents.items() if e.get("kind") == "object" and e.get("at") == target
-            and n.rsplit(" ", 1)[0] == rules.goal_object]
-    if here and target not in rules.tracked and not _seen_in_window(state, target):
-        rules.tracked.add(target)
-        return rules.goal_object
+            and n.rsplit(" ", 1)[0] == sought]
+    if here and (sought, target) not in rules.tracked and not _seen_in_window(state, target):
+        rules.tracked.add((sought, target))
+        return sought
     return None
 
 

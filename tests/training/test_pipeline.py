@@ -115,3 +115,29 @@ def test_dagger_rounds_chain_learner_rollouts_render_and_continued_sft(tmp_path,
     sft = by_name["dagger-r1-sft.json"]
     assert (sft["max_steps"], sft["lr"], sft["train_from_layer"], sft["sources"], sft["dagger_cap"]) == (
         cfg.dagger_steps, cfg.dagger_lr, cfg.dagger_train_from_layer, cfg.dagger_sources, cfg.dagger_cap)
+
+
+def test_more_stage_generates_a_second_train_set_and_continues_the_sft_adapter_on_it(tmp_path, monkeypatch):
+    cfg = pipeline.PipelineConfig(work=str(tmp_path / "work"), teacher_out=str(tmp_path / "teacher"),
+                                  out=str(tmp_path / "policy"), stages=["more", "export"], more_games=7)
+    calls = run_recorded(cfg, monkeypatch)
+    names = [name for _, name, _ in calls]
+    assert names == ["generate-more.json", "teacher-more-shard0of2.json", "teacher-more-shard1of2.json",
+                     "teacher-more.json", "more-sft.json", "export.json", "card.json"]
+    by_name = {name: s for _, name, s in calls}
+    work = Path(cfg.work)
+    gen = by_name["generate-more.json"]
+    assert (gen["split"], gen["count"], gen["first"], gen["seed"], gen["out"]) == (
+        "train", cfg.more_plan, 7, cfg.more_seed, pipeline.MORE_GAMES)
+    assert by_name["teacher-more.json"]["games_dir"] == f"{pipeline.MORE_GAMES}/train"
+    assert by_name["teacher-more.json"]["render_only"]
+    sft = by_name["more-sft.json"]
+    assert (sft["init_adapter"], sft["data"], sft["max_steps"], sft["lr"]) == (
+        str(work / "sft" / "adapter"), pipeline.MORE_TEACHER, cfg.more_steps, cfg.more_lr)
+    export = by_name["export.json"]     # the continued adapter ships, with the bank its recalls were rendered with
+    assert export["adapter"] == str(work / "more" / "adapter")
+    assert export["bank"] == f"{pipeline.MORE_TEACHER}/bank.json"
+    off = run_recorded(pipeline.PipelineConfig(work=str(tmp_path / "w2"), teacher_out=str(tmp_path / "teacher"),
+                                               out=str(tmp_path / "p2"), stages=["more", "export"], more_games=0),
+                       monkeypatch)
+    assert [name for _, name, _ in off] == ["export.json", "card.json"]

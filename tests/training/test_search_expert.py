@@ -57,7 +57,7 @@ def test_dagger_episode_targets_the_label_and_follows_the_executed_action():
     room = ("You are in the middle of a room. Looking quickly around you, you see a countertop 1, a shelf 1, "
             "and a table 1.")
     adm = ["go to countertop 1", "go to shelf 1", "go to table 1", "look"]
-    traj = {"game": "g", "task_text": "put some apple on countertop", "won": False,
+    traj = {"game": "g", "task_text": "put some apple on countertop", "won": False, "expert": "dagger",
             "steps": [{"observation": room, "admissible": adm, "won": False},
                       {"observation": "You arrive at shelf 1. On the shelf 1, you see nothing.", "admissible": adm,
                        "won": False},
@@ -67,5 +67,6 @@ def test_dagger_episode_targets_the_label_and_follows_the_executed_action():
     rows, _ = render_episode(traj, "env_only", {"entries": {}, "controls": {}})
     assert "<action>go to table 1</action>" in rows[0]["completion"]          # the label, not the executed action
     assert "<action>go to shelf 1</action>" in rows[1]["prompt"]               # the prompt follows what was done
+    assert {r["source"] for r in rows} == {"dagger"}
     seqs = episodes_of(rows)
     assert [len(s["spans"]) for s in seqs] == [1, 1]                           # the divergence ends a sequence

@@ -77,3 +77,33 @@ def test_no_recall_without_bank_knowledge_and_no_verbs_in_other_modes():
         assert ("Belief:" in rows[3]["prompt"]) == (mode == "always_on")
     stats = share_stats(render_episode(trajectory(), "inline", bank_knowing_apple())[0])
     assert 0.2 < stats["harness_share"] < 0.5 and stats["by_verb"]["commit"] == 2
+
+
+LOOK_ROOM = ("You are in the middle of a room. Looking quickly around you, you see a bed 1, a drawer 1, a drawer 2, "
+             "a drawer 3, a drawer 4, a drawer 5, a shelf 1, and a sidetable 1.")
+LOOK_PLAN = [
+    ("go to sidetable 1", "You arrive at sidetable 1. On the sidetable 1, you see a desklamp 1, and a pen 1."),
+    *[step for i in range(1, 6) for step in (
+        (f"go to drawer {i}", f"You arrive at drawer {i}. The drawer {i} is closed."),
+        (f"open drawer {i}", f"You open the drawer {i}. The drawer {i} is open. In it, you see nothing."))],
+    ("go to shelf 1", "You arrive at shelf 1. On the shelf 1, you see a book 1."),
+    ("take book 1 from shelf 1", "You pick up the book 1 from the shelf 1."),
+    ("go to sidetable 1", "You arrive at sidetable 1. On the sidetable 1, you see a desklamp 1, and a pen 1."),
+    ("use desklamp 1", "You turn on the desklamp 1."),
+]
+
+
+def test_look_task_tracks_the_lamp_seen_long_ago_before_walking_back_to_it():
+    steps = [{"observation": LOOK_ROOM, "admissible": [], "won": False}]
+    steps += [{"observation": o, "admissible": sorted({a for a, _ in LOOK_PLAN}), "won": i == len(LOOK_PLAN) - 1}
+              for i, (_, o) in enumerate(LOOK_PLAN)]
+    steps[0]["admissible"] = steps[1]["admissible"]
+    traj = {"game": "g1", "task_text": "look at book under the desklamp", "steps": steps,
+            "actions": [a for a, _ in LOOK_PLAN], "won": True, "expert": "test"}
+    samples, _ = render_episode(traj, "inline", new_bank())
+    track = [i for i, s in enumerate(samples) if s["verb"] == "track"]
+    assert [samples[i]["completion"] for i in track] == [
+        "<think>where was desklamp</think><action>track [desklamp]</action><|im_end|>"]
+    after = samples[track[0] + 1]
+    assert "desklamp 1 @ sidetable 1" in after["prompt"][-300:]          # the answer sits next to the decision
+    assert "<action>go to sidetable 1</action>" in after["completion"]

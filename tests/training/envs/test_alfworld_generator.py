@@ -75,3 +75,16 @@ def test_planner_check_runs_in_a_killable_child(alf_games):
     assert generate.plan_and_verify(game, timeout_s=60) == walkthrough
     with pytest.raises(generate.PlanTimeout):
         generate.plan_and_verify(game, timeout_s=0.001)
+
+
+def test_first_games_of_a_plan_then_the_rest_resume_game_by_game(tmp_path):
+    """--first makes the first N games of the --count plan; a later run of the whole plan reuses them from disk."""
+    part = generate.generate_split("fixtures", out=tmp_path, count=4, first=2, progress=False)
+    assert (part["count"], part["plan_count"], len(part["games"])) == (2, 4, 2)
+    plan = plan_split("fixtures", count=4)
+    assert [g["game"][:4] for g in part["games"]] == [f"{s.index:04d}" for s in plan[:2]]
+    whole = generate.generate_split("fixtures", out=tmp_path, count=4, progress=False)
+    assert not whole.get("cached") and len(whole["games"]) == 4
+    reused = {g["game"] for g in whole["games"] if g.get("cached")}
+    assert reused == {g["game"] for g in part["games"]}        # the first two were not planned again
+    assert generate.generate_split("fixtures", out=tmp_path, count=4, first=2, progress=False).get("cached") is not True

@@ -143,13 +143,14 @@ def generate_game(spec: GameSpec, out: Path) -> dict:
     from . import patches
     patches.apply("memoize_templates")  # same text, ~4x faster replay
     started = time.perf_counter()
+    for attempt in range(MAX_ATTEMPTS):   # a resumed run: the attempt that was solved may not be the first
+        existing = _cached_record(out / build_game(spec, attempt)[0], spec)
+        if existing:
+            return existing
     timeouts = 0
     for attempt in range(MAX_ATTEMPTS):
         name, traj, game = build_game(spec, attempt)
         folder = out / name
-        existing = _cached_record(folder, spec)
-        if existing:
-            return existing
         tmp = out / f".tmp-{name}-{os.getpid()}"
         try:
             try:
@@ -202,17 +203,20 @@ def _worker(args: tuple[GameSpec, str]) -> dict:
 
 
 def generate_split(split: str, out: Path | str | None = None, workers: int | None = None, count: int | None = None,
-                   seed: int | None = None, progress: bool = True) -> dict:
-    """Generate (or reuse from disk) a whole split; returns the manifest."""
+                   seed: int | None = None, progress: bool = True, first: int | None = None) -> dict:
+    """Generate (or reuse from disk) a whole split, or the first ``first`` games of its plan; returns the manifest.
+
+    Games already on disk for the same spec are reused one by one, so an interrupted run resumes where it stopped."""
     ensure_alfworld_home()
     out_dir = Path(out or DATA_ROOT) / split
-    specs = plan_split(split, count=count, seed=seed)
-    seed = specs[0].seed if specs else SPLITS[split].seed
+    plan = plan_split(split, count=count, seed=seed)
+    specs = plan[:first] if first else plan
+    seed = plan[0].seed if plan else SPLITS[split].seed
     manifest_path = out_dir / "manifest.json"
     if manifest_path.exists():
         manifest = json.loads(manifest_path.read_text())
-        if (manifest.get("version"), manifest.get("seed"), manifest.get("count")) == (GENERATOR_VERSION, seed,
-                                                                                      len(specs)) \
+        if (manifest.get("version"), manifest.get("seed"), manifest.get("plan_count", manifest.get("count")),
+                manifest.get("count")) == (GENERATOR_VERSION, seed, len(plan), len(specs)) \
                 and all((out_dir / g["game"] / GAME_FILE).exists() for g in manifest["games"]):
             manifest["cached"] = True
             return manifest
@@ -236,9 +240,9 @@ def generate_split(split: str, out: Path | str | None = None, workers: int | Non
     bar.close()
     skipped = sorted((r for r in records if r.get("game") is None), key=lambda r: r["skipped"])
     records = sorted((r for r in records if r.get("game") is not None), key=lambda r: r["game"])
-    manifest = {"split": split, "seed": seed, "count": len(specs), "version": GENERATOR_VERSION,
-                "workers": workers, "seconds": round(time.perf_counter() - started, 2), "games": records,
-                "skipped": skipped}
+    manifest = {"split": split, "seed": seed, "count": len(specs), "plan_count": len(plan),
+                "version": GENERATOR_VERSION, "workers": workers, "seconds": round(time.perf_counter() - started, 2),
+                "games": records, "skipped": skipped}
     manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
 
@@ -252,6 +256,8 @@ class GenerateConfig:
     workers: int | None = field(default=None, metadata={"help": "processes (default: CPU count)"})
     count: int | None = field(default=None, metadata={"help": "games (default: the split's size)"})
     seed: int | None = field(default=None, metadata={"help": "seed (default: the split's)"})
+    first: int | None = field(default=None, metadata={
+        "help": "only the first N games of the --count plan (the task-type mix of a plan depends on its count)"})
 
 
 def parse_args(argv: list[str] | None = None) -> GenerateConfig:
@@ -260,7 +266,7 @@ def parse_args(argv: list[str] | None = None) -> GenerateConfig:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    manifest = generate_split(args.split, args.out, args.workers, args.count, args.seed)
+    manifest = generate_split(args.split, args.out, args.workers, args.count, args.seed, first=args.first)
     games = manifest["games"]
     for skip in manifest.get("skipped", []):
         print(f"skipped {skip['skipped']}: {skip['reason']}")
