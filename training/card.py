@@ -81,6 +81,11 @@ def targets_section(work: Path) -> str:
 
     unseen = _overall(work, "policy", "valid_unseen/inline")
     seen = _overall(work, "policy", "valid_seen/inline")
+    ev = _read(work / "eval-policy" / "eval.json") or {}
+    cut = {k: n for k, n in (ev.get("partial") or {}).items() if n}   # split/mode -> games played, when stopped early
+
+    def partial(key: str, text: str) -> str:
+        return f"{text} on the first {cut[key]} games only (evaluation stopped)" if key in cut else text
     always = _overall(work, "policy-modes", "valid_unseen/always_on")
     sft_unseen = _overall(work, "sft", "valid_unseen/inline")
     rounds = sorted(work.glob("dagger-r*/sft_report.json"), key=lambda q: int(q.parent.name[len("dagger-r"):]))
@@ -91,10 +96,10 @@ def targets_section(work: Path) -> str:
     rows = ["| target | value | this run | |", "|---|---|---|---|"]
     val = f"{unseen['success_pct']:.1f} %" if unseen else "-"
     rows.append(f"| success, valid_unseen inline greedy | ≥ 80 % | {val} | "
-                f"{mark(None if not unseen else unseen['success_pct'] >= 80)} |")
+                f"{partial('valid_unseen/inline', mark(None if not unseen else unseen['success_pct'] >= 80))} |")
     val = f"{seen['success_pct']:.1f} %" if seen else "-"
     rows.append(f"| success, valid_seen inline | ≥ 85 % | {val} | "
-                f"{mark(None if not seen else seen['success_pct'] >= 85)} |")
+                f"{partial('valid_seen/inline', mark(None if not seen else seen['success_pct'] >= 85))} |")
     rows.append(f"| held-out constrained exact action after SFT ({last.parent.name}) | ≥ 95 % | "
                 f"{'-' if acc is None else f'{100 * acc:.1f} %'} | {mark(None if acc is None else acc >= 0.95)} |")
     if sft_unseen and unseen:
