@@ -101,14 +101,16 @@ def main(argv: list[str] | None = None) -> int:
         for s in args.sessions:
             rows.append(level(url, games[: args.one_session_games] if s == 1 else games, s, args.max_steps))
             r = rows[-1]
-            print(f"{s} sessions: won {r['won']}/{r['games']}, {r['steps']} steps in {r['seconds']} s", flush=True)
+            print(f"{s} sessions: won {r['won']}/{r['games']}, {r['steps']} steps in {r['seconds']} s, step wall p50 "
+                  f"{r['step_wall_p50']} s, model p50 {r['model_s_p50']} s", flush=True)
+            if args.json:   # after each level, so a stopped run keeps what it measured
+                Path(args.json).write_text(json.dumps({"policy": args.policy, "games": args.games, "levels": rows},
+                                                      indent=1))
     print("\n| sessions | games won | harness calls/ep | steps | step wall p50 / p90 s | model s p50 / p90 |")
     print("|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['sessions']} | {r['won']}/{r['games']} | {r['harness_calls_per_episode']} | {r['steps']} | "
               f"{r['step_wall_p50']} / {r['step_wall_p90']} | {r['model_s_p50']} / {r['model_s_p90']} |")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"policy": args.policy, "games": args.games, "levels": rows}, indent=1))
     return 0
 
 
