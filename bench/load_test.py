@@ -422,8 +422,11 @@ async def run(args) -> dict:
         if not Path(model, "config.json").exists():
             build_tiny_model(Path(model), seed=0)
     t_start = time.monotonic()
+    lease = {"EVOHARNESS_STEP_LEASE_MS": str(args.lease_ms)} if args.lease_ms else {}
+    if args.heartbeat_ms:
+        lease["EVOHARNESS_LEASE_HEARTBEAT_MS"] = str(args.heartbeat_ms)
     stack = Stack(model, workdir, replicas=args.replicas,
-                  engine_urls=args.engine_url or None).start()
+                  engine_urls=args.engine_url or None, service_env=lease).start()
     try:
         ready_s = time.monotonic() - t_start
         out = await load(stack, args.clients, args.steps, restart=args.restart, down_s=args.down_s,
@@ -431,7 +434,7 @@ async def run(args) -> dict:
     finally:
         stack.stop()
     return {"engine": "remote: one vLLM OpenAI server" if not args.engine_url else f"remote: {args.engine_url}",
-            "model": model, "stack_ready_s": round(ready_s, 1), **out}
+            "model": model, "lease": lease or "service defaults", "stack_ready_s": round(ready_s, 1), **out}
 
 
 async def load(stack: Stack, clients: int, steps: int, *, restart: bool = True, down_s: float = 3.0,
@@ -516,6 +519,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--recovery-target-s", type=float, default=5.0,
                    help="--kill-replica: every affected session must step again within this")
     p.add_argument("--down-s", type=float, default=3.0, help="how long Redis stays down")
+    p.add_argument("--lease-ms", type=int, default=None,
+                   help="the replicas' EVOHARNESS_STEP_LEASE_MS (default: the service's own default)")
+    p.add_argument("--heartbeat-ms", type=int, default=None,
+                   help="the replicas' EVOHARNESS_LEASE_HEARTBEAT_MS (default: a third of the lease)")
     p.add_argument("--budget-s", type=float, default=6 * 3600, help="per-client time budget")
     p.add_argument("--workdir", default=None)
     p.add_argument("--json", type=Path, default=None)

@@ -71,6 +71,32 @@ def tiny_model(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_lora(tiny_model, tmp_path_factory):
+    """A random (non-zero) PEFT LoRA adapter for the tiny model."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(1)
+    base = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    cfg = LoraConfig(
+        r=8,
+        lora_alpha=64,
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        init_lora_weights=False,  # random A and B, so the adapter really changes the output
+        task_type="CAUSAL_LM",
+    )
+    model = get_peft_model(base, cfg)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_" in name:
+                p.normal_(0.0, 0.2)
+    out = tmp_path_factory.mktemp("adapters") / "random-lora"
+    model.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
 async def vllm_engine(tiny_model):
     """One real in-process vLLM engine (CPU build) for the whole test session."""
     from service.policy.engines.vllm_local import VLLMEngine

@@ -26,6 +26,9 @@ class CardConfig:
     teacher: str = field(default="data/teacher", metadata={"help": "teacher folder (stats.json)"})
     more_teacher: str = field(default="data/teacher-more", metadata={
         "help": "teacher folder of the second train set (the pipeline's `more` stage)"})
+    carry: str | None = field(default=None, metadata={
+        "help": "a previous MODEL_CARD.md of the same policy: sections and target rows that this work folder cannot "
+                "report (its stage reports stayed on another machine) are taken from it, marked as carried"})
     remarks: str | None = field(default=None, metadata={
         "help": "markdown file with remarks (limits, what was tried)"})
 
@@ -180,6 +183,47 @@ def copy_plots(work: Path, policy: Path) -> None:
             shutil.copy(src, policy / name)
 
 
+MISSING = ("not available", "not run")
+CARRIED = "*(carried from the previous card: this stage's report is not in this work folder)*"
+
+
+def card_sections(text: str) -> dict[str, str]:
+    """A MODEL_CARD.md's sections by `## ` title (the lines before the first title are left out)."""
+    out, title = {}, None
+    for line in text.splitlines():
+        if line.startswith("## "):
+            title = line[3:].strip()
+            out[title] = []
+        elif title is not None:
+            out[title].append(line)
+    return {t: "\n".join(lines).strip() for t, lines in out.items()}
+
+
+def carry_over(sections: dict[str, str], previous: str) -> dict[str, str]:
+    """Fill what this run cannot report from the previous card of the same policy: a section that is missing here
+    (``MISSING``) and present there, and a target row measured there but "not measured" here. Carried text is
+    marked; nothing this run measured is replaced."""
+    old = card_sections(previous)
+    out = dict(sections)
+    for title, body in sections.items():
+        prev = old.get(title, "").replace(CARRIED, "").strip()
+        if body.strip() in MISSING and prev and prev not in MISSING:
+            out[title] = f"{CARRIED}\n\n{prev}"
+    title = next((t for t in sections if t.startswith("Targets")), None)
+    if title and title in old:
+        def key_of(row: str) -> str:   # the target's name without the stage in brackets
+            return row.split("|")[1].split(" (")[0].strip()
+        prev_rows = {key_of(r): r for r in old[title].splitlines() if r.startswith("| ")}
+        rows = []
+        for row in sections[title].splitlines():
+            prev = prev_rows.get(key_of(row), "") if row.startswith("| ") else ""
+            if row.rstrip("| ").endswith("not measured") and prev and "not measured" not in prev:
+                row = prev.rstrip().rstrip("|").rstrip() + (" (carried) |" if "(carried)" not in prev else " |")
+            rows.append(row)
+        out[title] = "\n".join(rows)
+    return out
+
+
 def parse_args(argv: list[str] | None = None) -> CardConfig:
     return cli.parse(CardConfig, argv, __doc__)
 
@@ -225,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     pipe = _read(work / "pipeline.json")
     if pipe:
         sections["Wall time"] = f"pipeline {pipe['seconds']} s"
+    if args.carry and Path(args.carry).exists():
+        sections = carry_over(sections, Path(args.carry).read_text())
     if args.remarks:
         sections["Remarks"] = Path(args.remarks).read_text()
     params = (base or {}).get("params", 0)

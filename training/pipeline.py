@@ -28,6 +28,7 @@ from training.envs.alfworld.generate import GenerateConfig
 from training.evaluate import EvalConfig
 from training.export import ExportConfig
 from training.grpo import GRPORunConfig
+from training.grpo_episodes import EpisodeGRPOConfig
 from training.model_init import SIZES, ModelInitConfig
 from training.reward import RewardConfig
 from training.sft import SFTRunConfig
@@ -88,7 +89,7 @@ class PipelineConfig:
         "help": "share of each source's sequences in a round (JSON): the learner's labelled states and the "
                 "expert's own episodes, so a round does not forget them"})
     grpo_updates: int = field(default=0, metadata={
-        "help": "GRPO updates; 0: no GRPO stage (not yet run on the pretrained base; issue 12)"})
+        "help": "GRPO updates; 0: no GRPO stage (on a pretrained base: training.grpo_episodes on the adapter)"})
     grpo_group: int = field(default=4, metadata={"help": "GRPO rollouts per game"})
     grpo_games_per_update: int = field(default=2, metadata={"help": "GRPO games per update"})
     grpo_max_env_steps: int = field(default=30, metadata={"help": "GRPO environment steps per episode"})
@@ -185,7 +186,21 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
         bank = f"{MORE_TEACHER}/bank.json"   # the bank the continued adapter's recalls were rendered with
     if pretrained and "dagger" in cfg.stages:
         adapter = dagger_rounds(cfg, work, base, adapter, done)
-    if "grpo" in cfg.stages and cfg.grpo_updates and not done(work / "grpo" / "model"):
+    sft_policy = None   # pretrained base + GRPO: the adapter before GRPO, exported as the baseline it is judged by
+    if pretrained and "grpo" in cfg.stages and cfg.grpo_updates:
+        if not done(work / "grpo" / "adapter"):
+            sh(*stage(work, "grpo", "training.grpo_episodes", EpisodeGRPOConfig(
+                base=base, adapter=str(adapter), bank=bank, out=str(work / "grpo"), updates=cfg.grpo_updates,
+                group=cfg.grpo_group, games_per_update=cfg.grpo_games_per_update,
+                max_env_steps=cfg.grpo_max_env_steps, lr=cfg.grpo_lr, threads=cfg.threads,
+                reward=RewardConfig(cost_per_call=cfg.grpo_cost_per_call, div_anneal_updates=cfg.grpo_div_anneal))))
+        if "export" in cfg.stages:
+            sft_policy = work / "sft-policy"
+            sh(*stage(work, "export-sft", "training.export", ExportConfig(
+                model=base, adapter=str(adapter), base_name=cfg.base, out=str(sft_policy), bank=bank,
+                temperature=cfg.eval_temperature)))
+        adapter, bank = work / "grpo" / "adapter", str(work / "grpo" / "bank.json")
+    elif "grpo" in cfg.stages and cfg.grpo_updates and not done(work / "grpo" / "model"):
         sh(*stage(work, "grpo", "training.grpo", GRPORunConfig(
             model=str(work / "sft" / "model"), out=str(work / "grpo"), updates=cfg.grpo_updates,
             group=cfg.grpo_group, games_per_update=cfg.grpo_games_per_update, max_env_steps=cfg.grpo_max_env_steps,
@@ -203,14 +218,17 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
         runs = [("policy", Path(cfg.out), ["valid_unseen", "valid_seen"], ["inline"], cfg.eval_n),
                 ("policy-modes", Path(cfg.out), ["valid_unseen"], cfg.eval_other_modes,
                  min(filter(None, [cfg.eval_n, cfg.eval_other_modes_n]), default=None))]
-        if final != work / "sft" / "model":  # GRPO ran: its SFT checkpoint is the baseline
+        if sft_policy is not None:           # GRPO ran on the adapter: the adapter before it is the baseline
+            runs.insert(0, ("sft", sft_policy, ["valid_unseen", "valid_seen"], ["inline"], cfg.eval_n))
+        elif final != work / "sft" / "model":  # GRPO ran: its SFT checkpoint is the baseline
             runs.insert(0, ("sft", work / "sft" / "model", ["valid_seen", "valid_unseen"], ["inline"], cfg.eval_n))
         for label, model, splits, modes, n in runs:
             if not modes or (work / f"eval-{label}" / "eval.md").exists() and not force:
                 continue
             sh(*stage(work, f"eval-{label}", "training.evaluate", EvalConfig(
                 model=str(model), split=splits, mode=list(modes), n=n or None, max_steps=cfg.eval_max_steps,
-                bank=bank, temperature=cfg.eval_temperature, kv_cache_gib=cfg.eval_kv_cache_gib,
+                bank=f"{model}/bank.json" if model == sft_policy else bank,   # each with the bank it shipped with
+                temperature=cfg.eval_temperature, kv_cache_gib=cfg.eval_kv_cache_gib,
                 out=str(work / f"eval-{label}"))))
     (work / "pipeline.json").write_text(json.dumps({"config": asdict(cfg),
                                                     "seconds": round(time.perf_counter() - t0, 1)}, indent=1))

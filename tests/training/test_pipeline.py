@@ -141,3 +141,26 @@ def test_more_stage_generates_a_second_train_set_and_continues_the_sft_adapter_o
                                                out=str(tmp_path / "p2"), stages=["more", "export"], more_games=0),
                        monkeypatch)
     assert [name for _, name, _ in off] == ["export.json", "card.json"]
+
+
+def test_grpo_on_a_pretrained_base_trains_the_adapter_and_keeps_the_one_before_as_the_baseline(tmp_path, monkeypatch):
+    cfg = pipeline.PipelineConfig(work=str(tmp_path / "work"), teacher_out=str(tmp_path / "teacher"),
+                                  out=str(tmp_path / "policy"), stages=["grpo", "export", "eval"], grpo_updates=3)
+    calls = run_recorded(cfg, monkeypatch)
+    names = [name for _, name, _ in calls]
+    assert names[:3] == ["grpo.json", "export-sft.json", "export.json"]
+    by_name = {name: s for _, name, s in calls}
+    work = Path(cfg.work)
+    grpo = by_name["grpo.json"]
+    assert [m for m, n, _ in calls if n == "grpo.json"] == ["training.grpo_episodes"]
+    assert (grpo["adapter"], grpo["bank"], grpo["updates"], grpo["lr"]) == (
+        str(work / "sft" / "adapter"), f"{cfg.teacher_out}/bank.json", 3, cfg.grpo_lr)
+    assert grpo["reward"]["cost_per_call"] == cfg.grpo_cost_per_call
+    assert by_name["export-sft.json"]["adapter"] == str(work / "sft" / "adapter")    # the baseline: before GRPO
+    grpo_bank = str(work / "grpo" / "bank.json")
+    assert (by_name["export.json"]["adapter"], by_name["export.json"]["bank"]) == (
+        str(work / "grpo" / "adapter"), grpo_bank)                                         # what ships: after GRPO
+    evals = [s for _, n, s in calls if n.startswith("eval-")]
+    assert evals[0]["model"] == str(work / "sft-policy") and evals[1]["model"] == cfg.out
+    assert evals[0]["split"] == evals[1]["split"] == ["valid_unseen", "valid_seen"]
+    assert evals[0]["bank"] == str(work / "sft-policy" / "bank.json") and evals[1]["bank"] == grpo_bank

@@ -206,6 +206,19 @@ class VLLMEngine:
             self.start_seconds = time.perf_counter() - t0
             log.info("vLLM engine %s ready in %.1f s", self.model_id, self.start_seconds)
 
+    def use_adapter(self, path: str | os.PathLike, name: str | None = None) -> None:
+        """Serve the next requests with another LoRA adapter of the same rank (GRPO swaps in its weights after
+        each update). The engine must have started with an adapter (LoRA on); vLLM loads the new one on first use,
+        under a new id, and evicts the old one (``max_loras=1``)."""
+        if self._lora_request is None:
+            raise EngineError("this engine started without a LoRA adapter")
+        from vllm.lora.request import LoRARequest
+
+        self.adapter_path, self.adapter_name = str(path), name or Path(path).name
+        self.model_id = f"{self.base_model_id}+{self.adapter_name}"
+        self._lora_request = LoRARequest(lora_name=self.adapter_name,
+                                         lora_int_id=self._lora_request.lora_int_id + 1, lora_path=self.adapter_path)
+
     async def ready(self) -> bool:
         if self._llm is None or self._llm.errored:
             return False

@@ -1,0 +1,92 @@
+"""training.grpo_episodes: the episode policy gradient on a LoRA model, and one real update (vLLM rollouts on a
+fixture game, the adapter swapped into the engine)."""
+
+import json
+import shutil
+
+import pytest
+
+pytestmark = pytest.mark.timeout(900)
+
+
+def _episode_rows():
+    from service.policy.wire import IM_END
+    p1 = "<|im_start|>user\nYou see a desk 1.<|im_end|>\n<|im_start|>assistant\n"
+    c1 = "<think>look</think><action>go to desk 1</action>" + IM_END
+    p2 = p1 + c1 + "\n<|im_start|>user\nOn the desk 1, you see a pen 1.<|im_end|>\n<|im_start|>assistant\n"
+    c2 = "<think>take it</think><action>take pen 1 from desk 1</action>" + IM_END
+    return [{"prompt": p1, "completion": c1, "game": "g", "mode": "inline", "source": "grpo"},
+            {"prompt": p2, "completion": c2, "game": "g", "mode": "inline", "source": "grpo"}]
+
+
+def _lora(tiny_model):
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],
+                                             task_type="CAUSAL_LM"))
+    return model, AutoTokenizer.from_pretrained(tiny_model)
+
+
+def _logp(model, seq):
+    import torch
+    ids = torch.tensor([seq["input_ids"]])
+    mask = torch.tensor(seq["completion_mask"], dtype=torch.bool)
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, :-1]
+    lp = torch.log_softmax(logits.float(), -1).gather(1, ids[0, 1:, None])[:, 0]
+    return float(lp[mask[1:]].sum())
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_a_step_moves_the_episode_tokens_the_way_of_the_advantage(tiny_model, sign):
+    import torch
+
+    from training.grpo_episodes import policy_gradient_step, sequences
+
+    model, tok = _lora(tiny_model)
+    (seq,) = sequences([{"rows": _episode_rows(), "advantage": sign}], tok, 4096)   # two turns chain into one
+    assert sum(seq["completion_mask"]) > 10
+    before = _logp(model, seq)
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
+    opt.zero_grad()
+    loss = policy_gradient_step(model, [seq], bf16=False)
+    opt.step()
+    after = _logp(model, seq)
+    assert (loss > 0) == (sign > 0)                      # -A log p, and log p < 0
+    assert (after - before) * sign > 0
+
+
+def test_one_update_plays_through_vllm_and_swaps_in_the_new_adapter(tiny_model, tiny_lora, tmp_path):
+    from training.envs.alfworld.paths import fixture_games
+    from training.grpo_episodes import EpisodeGRPOConfig, run
+
+    policy = tmp_path / "policy"
+    shutil.copytree(tiny_lora, policy / "adapter")
+    (policy / "policy.json").write_text(json.dumps({"base": "tiny", "adapter": "adapter"}))
+    games = tmp_path / "games"
+    shutil.copytree(fixture_games()[0], games / fixture_games()[0].name)
+    cfg = EpisodeGRPOConfig(policy=str(policy), base=str(tiny_model), games=str(games), out=str(tmp_path / "grpo"),
+                            updates=2, games_per_update=1, group=2, concurrency=2, max_env_steps=3,
+                            max_length=2048, kv_cache_gib=0.25)
+    rows = run(cfg)
+    assert [r["update"] for r in rows] == [0, 1]
+    assert rows[0]["models"] == ["untrained-tiny+grpo"]          # the starting adapter
+    assert rows[1]["models"] == ["untrained-tiny+grpo-u1"]       # update 1's rollouts ran on update 0's weights
+    row = rows[0]
+    assert row["episodes"] == 2 and row["steps_per_episode"] >= 3
+    out = tmp_path / "grpo"
+    assert (out / "adapters" / "u1" / "adapter_model.safetensors").exists()
+    assert (out / "adapter" / "adapter_model.safetensors").exists()
+    assert json.loads((out / "grpo_report.json").read_text())["log"] == rows
+    from safetensors.torch import load_file
+    before = load_file(out / "adapters" / "u0" / "adapter_model.safetensors")
+    after = load_file(out / "adapters" / "u1" / "adapter_model.safetensors")
+    changed = any(not (before[k] == after[k]).all() for k in before)
+    assert changed == (row["sequences"] > 0)           # no spread of rewards in the group, no gradient
+    assert (out / "adapters" / "u2").exists()
+    again = run(cfg)                                     # resumable: nothing left to do
+    assert again == rows

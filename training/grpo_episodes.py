@@ -1,0 +1,315 @@
+"""python -m training.grpo_episodes --policy models/default-policy --games data/alfworld/train --out runs/policy/grpo
+
+Cost-aware GRPO for a base + LoRA policy folder (``policy.json``): whole episodes, vLLM rollouts. Settings:
+``EpisodeGRPOConfig`` with its ``RewardConfig`` (``--help`` lists them; ``--config FILE.json`` reads them).
+
+    CPU:  python -m training.grpo_episodes --policy models/default-policy --out runs/policy/grpo --updates 8 \
+              --lr 1e-4 --cost-per-call 0.5 --div-anneal-updates 2
+    GPU:  same command with --updates 150 --games-per-update 16 --group 8 --max-env-steps 70 --lr 1e-6
+
+``training.grpo`` is the per-turn loop for full models scored by HF ``generate`` (the tiny test models). This file is
+the one for the pretrained base, where the served prompt is the episode as one growing chat:
+
+1. Rollouts. ``group`` episodes on each of ``games_per_update`` train games, sampled at ``temperature`` by
+   ``training.agent.EnginePolicy`` over the service's ``VLLMEngine`` (base + the current LoRA adapter, grammar-
+   constrained, ``concurrency`` episodes in flight). After each update the adapter is saved and the engine serves
+   the next rollouts with it (``VLLMEngine.use_adapter``: a new LoRA id, loaded by vLLM on first use).
+2. Reward. :func:`training.reward.episode_reward` (the study's formula plus an explicit cost per harness call).
+3. Advantage. Group-relative per game, ``(R - mean) / (std + eps)``; every policy token of an episode gets its
+   episode's advantage.
+4. Loss. Each episode's turns chain into one sequence (``training.sft.episodes_of``: a turn continues the sequence
+   when its prompt extends it), tokenized once as in SFT; one forward gives the log-probabilities of every policy
+   token (logits only at those positions). Token-level mean of ``-A * log p`` over the batch; one optimizer step per
+   update on fresh on-policy samples (PPO ratio 1, so no clipping).
+
+Where it departs from the study: no KL term (beta 0, as DAPO and TRL's default; the study used 0.01), a few updates
+of a few games instead of 150 x 16 x 8, a cost per call that is large enough to act within that horizon, and the
+verb-diversity bonus annealed over 4 updates instead of 150. The adapter's layers are the only trainable weights.
+The policy tokens are re-tokenized from the sampled text (what SFT trains on), not vLLM's own token ids.
+
+Outputs in ``--out``: ``grpo_log.jsonl`` (per update: reward, success, harness calls/episode by verb, tokens,
+steps, loss, seconds), ``grpo_curves.png``, ``adapters/u<k>`` (the adapter after update k), ``adapter`` (the last),
+``bank.json``, ``grpo_report.json``. Resumable: a rerun continues after the last logged update.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from training import cli
+from training.grpo import advantages
+from training.reward import RewardConfig, episode_reward
+
+
+@dataclass
+class EpisodeGRPOConfig:
+    """GRPO settings for a base + LoRA policy (the reward's weights are flat flags on the command line)."""
+
+    policy: str = field(default="models/default-policy", metadata={"help": "policy folder to start from (policy.json)"})
+    base: str | None = field(default=None, metadata={
+        "help": "base model folder (default: the policy's packaged base, converted on first use)"})
+    adapter: str | None = field(default=None, metadata={
+        "help": "LoRA adapter to start from (default: the policy folder's)"})
+    bank: str | None = field(default=None, metadata={
+        "help": "Experience bank to start from (default: the policy folder's bank.json)"})
+    games: str = field(default="data/alfworld/train", metadata={"help": "folder of train games"})
+    out: str = field(default="runs/policy/grpo", metadata={"help": "output folder"})
+    updates: int = field(default=10, metadata={"help": "optimizer updates"})
+    games_per_update: int = field(default=4, metadata={"help": "games per update (the study: 16)"})
+    group: int = field(default=4, metadata={"help": "rollouts per game, the GRPO group (the study: 8)"})
+    concurrency: int = field(default=8, metadata={"help": "episodes in flight at once (the engine batches them)"})
+    max_env_steps: int = field(default=50, metadata={"help": "environment steps per episode (the study: 70)"})
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature of the rollouts"})
+    lr: float = field(default=1e-4, metadata={"help": "learning rate (AdamW, constant)"})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping norm"})
+    mode: str = field(default="inline", metadata={"help": "harness mode of the rollouts"})
+    harness_cap: int = field(default=3, metadata={"help": "harness calls allowed per step"})
+    max_length: int = field(default=4096, metadata={"help": "tokens per training sequence (longer ones are cut)"})
+    kv_cache_gib: float = field(default=1.0, metadata={"help": "vLLM KV cache of the rollout engine"})
+    reward: RewardConfig = field(default_factory=RewardConfig, metadata={
+        "help": "reward weights (a short run needs a larger --cost-per-call and a --div-anneal-updates within it)"})
+    seed: int = field(default=0, metadata={"help": "seed (game order)"})
+    threads: int = field(default=2, metadata={"help": "torch threads of the update"})
+
+
+# ------------------------------------------------------------------------------------------------ rollouts
+def episode_rows(agent, game: str, mode: str) -> list[dict]:
+    """The episode's policy turns as teacher-style rows ``{"prompt", "completion", ...}`` (see training.sft)."""
+    from service.policy.wire import IM_END
+
+    rows = []
+    for o in agent.outcomes:
+        prompts = {hashlib.sha256(p.encode()).hexdigest()[:16]: p for p in o.prompts}
+        for t in o.turns:
+            rows.append({"prompt": prompts[t.prompt_hash], "completion": t.raw + IM_END, "game": game, "mode": mode,
+                         "source": "grpo"})
+    return rows
+
+
+def reward_inputs(record: dict, agent, max_steps: int) -> dict:
+    """What ``episode_reward`` reads, from the driver's record and the agent's turns."""
+    turns = [t for o in agent.outcomes for t in o.turns]
+    calls = [{"verb": t.verb, "arg": t.arg, "tokens": t.prompt_tokens + t.completion_tokens, "seconds": t.seconds}
+             for t in turns if t.kind == "harness"]
+    return {"won": record["won"], "steps": agent.state["budget"]["used"], "max_steps": max_steps,
+            "env_actions": [o.action for o in agent.outcomes],
+            "observations": [s["observation"] for s in record.get("transcript", [])],
+            "calls": calls, "invalid_outputs": sum(o.invalid_outputs for o in agent.outcomes),
+            "tokens": sum(t.prompt_tokens + t.completion_tokens for t in turns),
+            "models": sorted({t.model for t in turns})}
+
+
+class Rollouts:
+    """``concurrency`` (env, policy twin) slots over one engine; plays a list of games, one episode per slot."""
+
+    def __init__(self, policy, concurrency: int, max_steps: int):
+        import queue
+
+        from training.envs.alfworld.env import AlfWorldEnv
+        from training.evaluate import LockedEnv
+
+        self.max_steps = max_steps
+        self.free: queue.Queue = queue.Queue()
+        self.slots = [(policy.fork(), LockedEnv(AlfWorldEnv(max_steps=max_steps))) for _ in range(concurrency)]
+        for s in self.slots:
+            self.free.put(s)
+
+    def play(self, game: Path) -> dict:
+        from training.envs.alfworld.episode import play_episode
+
+        twin, env = self.free.get()
+        try:
+            twin.evidence = []
+            rec = play_episode(env, twin, game, keep_transcript=True)
+            ep = reward_inputs(rec, twin.agent, self.max_steps)
+            ep.update(game=rec["game"], task_type=rec["task_type"], rows=episode_rows(twin.agent, rec["game"],
+                                                                                        twin.mode),
+                      evidence=twin.evidence[-1] if twin.evidence else None)
+            return ep
+        finally:
+            self.free.put((twin, env))
+
+    def run(self, games: list[Path], bank: dict) -> list[dict]:
+        from concurrent.futures import ThreadPoolExecutor
+
+        for twin, _ in self.slots:
+            twin.bank = bank
+        with ThreadPoolExecutor(len(self.slots)) as pool:
+            return list(pool.map(self.play, games))
+
+    def close(self) -> None:
+        for _, env in self.slots:
+            env.close()
+
+
+# ------------------------------------------------------------------------------------------------ loss
+def sequences(episodes: list[dict], tok, max_length: int) -> list[dict]:
+    """Each episode's rows chained into sequences and tokenized as SFT does; each carries its episode's advantage."""
+    from training.sft import episodes_of, tokenize_episode
+
+    out = []
+    for ep in episodes:
+        for seq in episodes_of(ep["rows"]):
+            enc = tokenize_episode(tok, seq, max_length)
+            out.append({**enc, "advantage": ep["advantage"]})
+    return out
+
+
+def policy_gradient_step(model, seqs: list[dict], bf16: bool) -> float:
+    """Accumulate ``-A * log p`` over every policy token (token-level mean over the batch); returns the loss."""
+    import contextlib
+
+    import torch
+
+    total = sum(sum(s["completion_mask"]) for s in seqs) or 1
+    loss_sum = 0.0
+    for s in seqs:
+        ids = torch.tensor([s["input_ids"]])
+        mask = torch.tensor(s["completion_mask"], dtype=torch.bool)
+        targets = mask.nonzero()[:, 0]
+        targets = targets[targets > 0]
+        if not len(targets):
+            continue
+        ctx = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+        with ctx:
+            logits = model(input_ids=ids, logits_to_keep=targets - 1).logits[0].float()
+        logp = torch.log_softmax(logits, -1).gather(1, ids[0, targets][:, None])[:, 0]
+        term = -(s["advantage"] * logp).sum() / total
+        term.backward()
+        loss_sum += float(term.detach())
+    return loss_sum
+
+
+# ------------------------------------------------------------------------------------------------ loop
+def summarize(update: int, episodes: list[dict], started: float, **extra) -> dict:
+    n = max(1, len(episodes))
+    verbs: dict[str, float] = {}
+    for e in episodes:
+        for c in e["calls"]:
+            verbs[c["verb"]] = verbs.get(c["verb"], 0) + 1 / n
+    return {"update": update, "episodes": len(episodes),
+            "reward": round(sum(e["reward"]["total"] for e in episodes) / n, 3),
+            "success": round(sum(e["won"] for e in episodes) / n, 3),
+            "harness_calls_per_episode": round(sum(len(e["calls"]) for e in episodes) / n, 2),
+            "by_verb": {v: round(c, 2) for v, c in sorted(verbs.items())},
+            "steps_per_episode": round(sum(e["steps"] for e in episodes) / n, 1),
+            "tokens_per_episode": round(sum(e["tokens"] for e in episodes) / n, 1),
+            "models": sorted({m for e in episodes for m in e["models"]}),   # the adapter(s) that played them
+            **extra, "seconds": round(time.perf_counter() - started, 1)}
+
+
+def run(cfg: EpisodeGRPOConfig) -> list[dict]:
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from service.bank.evolver import consolidate, new_bank
+    from service.policy.engines.vllm_local import VLLMEngine
+    from service.policy.pretrained import ensure_base
+    from service.policy.render import transcript_chars_for
+    from service.policy.turns import Sampling
+    from training.agent import EnginePolicy
+    from training.envs.alfworld.paths import list_games
+    from training.pipeline import cpu_has_bf16
+    from training.plots import plot_curves
+
+    torch.set_num_threads(cfg.threads)
+    out = Path(cfg.out)
+    (out / "adapters").mkdir(parents=True, exist_ok=True)
+    policy_dir = Path(cfg.policy)
+    meta = json.loads((policy_dir / "policy.json").read_text()) if (policy_dir / "policy.json").exists() else {}
+    base = Path(cfg.base) if cfg.base else ensure_base(meta["base"])
+    start_adapter = Path(cfg.adapter) if cfg.adapter else policy_dir / meta["adapter"]
+    log_path = out / "grpo_log.jsonl"
+    log = [json.loads(line) for line in log_path.read_text().splitlines()] if log_path.exists() else []
+    start = len(log)
+    current = out / "adapters" / f"u{start}"
+    if start == 0 and not current.exists():
+        shutil.copytree(start_adapter, current)
+    bank_path = out / "bank.json" if start else Path(cfg.bank) if cfg.bank else policy_dir / "bank.json"
+    bank = json.loads(bank_path.read_text()) if bank_path.exists() else new_bank()
+
+    tok = AutoTokenizer.from_pretrained(str(base))
+    model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
+    model = PeftModel.from_pretrained(model, str(current), is_trainable=True)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
+    bf16 = cpu_has_bf16()
+
+    context = cfg.max_length
+    engine = VLLMEngine(base, adapter=current, adapter_name="grpo", max_model_len=context,
+                        kv_cache_gib=cfg.kv_cache_gib, dtype="float32")
+    policy = EnginePolicy(engine, mode=cfg.mode, bank=bank, harness_cap=cfg.harness_cap,
+                          sampling=Sampling(temperature=cfg.temperature, max_invalid=2),
+                          transcript_chars=transcript_chars_for(context))
+    rollouts = Rollouts(policy, cfg.concurrency, cfg.max_env_steps)
+    games = [g for g in list_games(cfg.games) if not g.name.startswith(".")]
+    order = random.Random(cfg.seed)
+    picks = [order.sample(games, min(cfg.games_per_update, len(games))) for _ in range(cfg.updates)]
+    try:
+        for update in range(start, cfg.updates):
+            started = time.perf_counter()
+            chosen = [g for g in picks[update] for _ in range(cfg.group)]
+            episodes = rollouts.run(chosen, bank)
+            rollout_s = round(time.perf_counter() - started, 1)
+            for ep in episodes:
+                ep["reward"] = episode_reward(ep, update, cfg.reward)
+            for i in range(0, len(episodes), cfg.group):
+                group = episodes[i:i + cfg.group]
+                for ep, adv in zip(group, advantages([e["reward"]["total"] for e in group])):
+                    ep["advantage"] = adv
+            seqs = sequences([e for e in episodes if e["advantage"] != 0.0], tok, cfg.max_length)
+            tick = time.perf_counter()
+            model.train()
+            opt.zero_grad()
+            loss = policy_gradient_step(model, seqs, bf16)
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+            opt.step()
+            model.eval()
+            update_s = round(time.perf_counter() - tick, 1)
+            current = out / "adapters" / f"u{update + 1}"
+            model.save_pretrained(current)
+            engine.use_adapter(current, f"grpo-u{update + 1}")
+            evidence = [dict(e["evidence"], session_id=f"{update:04d}-{i:03d}") for i, e in enumerate(episodes)
+                        if e["evidence"]]
+            bank, _ = consolidate(bank, evidence, update + 1)
+            (out / "bank.json").write_text(json.dumps(bank, indent=1))
+            row = summarize(update, episodes, started, loss=round(loss, 5), grad_norm=round(grad_norm, 4),
+                            sequences=len(seqs), policy_tokens=sum(sum(s["completion_mask"]) for s in seqs),
+                            rollout_seconds=rollout_s, update_seconds=update_s)
+            log.append(row)
+            with log_path.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(json.dumps(row), flush=True)
+            plot_curves(log, ["reward", "success", "harness_calls_per_episode", "tokens_per_episode"],
+                        out / "grpo_curves.png", "cost-aware GRPO (episodes, LoRA)")
+    finally:
+        rollouts.close()
+        policy.close()
+    if (out / "adapter").exists():
+        shutil.rmtree(out / "adapter")
+    shutil.copytree(current, out / "adapter")
+    tok.save_pretrained(out / "adapter")
+    report = {"config": asdict(cfg), "base": str(base), "start_adapter": str(start_adapter),
+              "bf16_autocast": bf16, "log": log}
+    (out / "grpo_report.json").write_text(json.dumps(report, indent=1))
+    return log
+
+
+def parse_args(argv: list[str] | None = None) -> EpisodeGRPOConfig:
+    return cli.parse(EpisodeGRPOConfig, argv, __doc__)
+
+
+def main(argv: list[str] | None = None) -> int:
+    run(parse_args(argv))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
