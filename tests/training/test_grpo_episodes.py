@@ -60,7 +60,9 @@ def test_a_step_moves_the_episode_tokens_the_way_of_the_advantage(tiny_model, si
     assert (after - before) * sign > 0
 
 
-def test_one_update_plays_through_vllm_and_swaps_in_the_new_adapter(tiny_model, tiny_lora, tmp_path):
+@pytest.mark.parametrize("rollout_engine", ["lora", "merged"])
+def test_two_updates_play_through_vllm_the_second_on_the_first_ones_weights(tiny_model, tiny_lora, tmp_path,
+                                                                             rollout_engine):
     from training.envs.alfworld.paths import fixture_games
     from training.grpo_episodes import EpisodeGRPOConfig, run
 
@@ -71,7 +73,7 @@ def test_one_update_plays_through_vllm_and_swaps_in_the_new_adapter(tiny_model, 
     shutil.copytree(fixture_games()[0], games / fixture_games()[0].name)
     cfg = EpisodeGRPOConfig(policy=str(policy), base=str(tiny_model), games=str(games), out=str(tmp_path / "grpo"),
                             updates=2, games_per_update=1, group=2, concurrency=2, max_env_steps=3,
-                            max_length=2048, kv_cache_gib=0.25)
+                            max_length=2048, kv_cache_gib=0.25, rollout_engine=rollout_engine)
     rows = run(cfg)
     assert [r["update"] for r in rows] == [0, 1]
     assert rows[0]["models"] == ["untrained-tiny+grpo"]          # the starting adapter
