@@ -116,7 +116,9 @@ def targets_section(work: Path) -> str:
         ok = (grpo_unseen["mean_harness_calls"] * 2 <= unseen["mean_harness_calls"]
               and grpo_unseen["success_pct"] >= unseen["success_pct"])
         val = (f"{unseen['mean_harness_calls']:.2f} → {grpo_unseen['mean_harness_calls']:.2f} calls, "
-               f"{unseen['success_pct']:.1f} → {grpo_unseen['success_pct']:.1f} % (GRPO not shipped)")
+               f"{unseen['success_pct']:.1f} → {grpo_unseen['success_pct']:.1f} % (GRPO not shipped"
+               + (f"; GRPO played the first {grpo_unseen['games']} games only" if grpo_unseen["games"]
+                  < unseen["games"] else "") + ")")
         rows.append(f"| GRPO vs SFT | ≥ 2× fewer calls, success not lower | {val} | {mark(ok)} |")
     else:
         rows.append("| GRPO vs SFT | ≥ 2× fewer calls, success not lower | no GRPO stage in this run | not measured |")
@@ -159,7 +161,11 @@ def dagger_section(work: Path, teacher: Path) -> str:
             f"own episodes (`training.sft --init-adapter`, `{json.dumps(brief)}`).\n\n" + "\n".join(rows))
 
 
-def grpo_section(work: Path) -> str:
+def _same_file(a: Path, b: Path) -> bool:
+    return a.exists() and b.exists() and a.read_bytes() == b.read_bytes()
+
+
+def grpo_section(work: Path, policy: Path | None = None) -> str:
     path = work / "grpo" / "grpo_log.jsonl"
     if not path.exists():
         return "not run"
@@ -176,8 +182,15 @@ def grpo_section(work: Path) -> str:
                                       "temperature", "rollout_engine") if k in cfg}
     what = ("Episode GRPO on the LoRA adapter (training/grpo_episodes.py, sampled rollouts on vLLM)" if episodes
             else "Per-turn GRPO over episode returns (training/grpo.py)")
+    shipped = ""
+    if episodes and policy is not None:
+        weights = "adapter/adapter_model.safetensors"
+        shipped = (" **This card's policy is GRPO's adapter.**" if _same_file(work / "grpo" / weights,
+                                                                                policy / weights)
+                   else " **Not shipped: this card's policy is the adapter GRPO started from;** GRPO's adapter "
+                        "is evaluated beside it where an `Evaluation (grpo)` section follows.")
     return (f"{what}, config `{json.dumps(brief)}`, reward `{json.dumps(cfg.get('reward'))}`; success and calls "
-            "below are the rollouts' own (sampled), not the greedy evaluation.\n\n" + "\n".join(table))
+            f"below are the rollouts' own (sampled), not the greedy evaluation.{shipped}\n\n" + "\n".join(table))
 
 
 def copy_plots(work: Path, policy: Path) -> None:
@@ -257,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
                 "SFT": sft_section(work),
                 "SFT continued on more games": more_section(work, Path(args.more_teacher)),
                 "DAgger": dagger_section(work, Path(args.teacher)),
-                "GRPO": grpo_section(work)}
+                "GRPO": grpo_section(work, policy)}
     for label in ("policy", "policy-modes", "sft", "grpo"):
         md = work / f"eval-{label}" / "eval.md"
         ev = _read(work / f"eval-{label}" / "eval.json")

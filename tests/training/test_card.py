@@ -59,3 +59,23 @@ def test_carrying_twice_does_not_stack_marks():
     twice = carry_over(NOW, text)
     assert twice["SFT continued on more games"].count(CARRIED) == 1
     assert twice["Targets (issue 12)"].count("(carried)") == 1
+
+
+def test_the_grpo_section_says_whether_the_card_s_policy_is_grpo_s_adapter(tmp_path):
+    import json
+
+    from training.card import grpo_section
+
+    work, policy = tmp_path / "work", tmp_path / "policy"
+    (work / "grpo" / "adapter").mkdir(parents=True)
+    (policy / "adapter").mkdir(parents=True)
+    row = {"update": 0, "reward": 4.8, "success": 0.5, "harness_calls_per_episode": 1.9, "tokens_per_episode": 4e4,
+           "steps_per_episode": 32.0, "rollout_seconds": 91.6, "update_seconds": 47.4, "seconds": 164.1}
+    (work / "grpo" / "grpo_log.jsonl").write_text(json.dumps(row) + "\n")
+    (work / "grpo" / "grpo_report.json").write_text(json.dumps({"config": {"updates": 1, "reward": {}}, "log": [row]}))
+    (work / "grpo" / "adapter" / "adapter_model.safetensors").write_bytes(b"after GRPO")
+    (policy / "adapter" / "adapter_model.safetensors").write_bytes(b"before GRPO")
+    text = grpo_section(work, policy)
+    assert "Not shipped" in text and "| 0 | 4.8 | 0.5 | 1.9 |" in text
+    (policy / "adapter" / "adapter_model.safetensors").write_bytes(b"after GRPO")
+    assert "This card's policy is GRPO's adapter" in grpo_section(work, policy)
