@@ -223,7 +223,7 @@ def run(cfg: EpisodeGRPOConfig) -> list[dict]:
     from service.policy.turns import Sampling
     from training.agent import EnginePolicy
     from training.envs.alfworld.paths import list_games
-    from training.pipeline import cpu_has_bf16
+    from training.hardware import cpu_has_bf16
     from training.plots import plot_curves
 
     torch.set_num_threads(cfg.threads)

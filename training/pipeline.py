@@ -29,6 +29,7 @@ from training.evaluate import EvalConfig
 from training.export import ExportConfig
 from training.grpo import GRPORunConfig
 from training.grpo_episodes import EpisodeGRPOConfig
+from training.hardware import cpu_has_bf16
 from training.model_init import SIZES, ModelInitConfig
 from training.reward import RewardConfig
 from training.sft import SFTRunConfig
@@ -116,15 +117,6 @@ class PipelineConfig:
                                                         "export", "eval"],
                               metadata={"help": "stages to run"})
     force: bool = field(default=False, metadata={"help": "rerun stages whose output exists"})
-
-
-def cpu_has_bf16() -> bool:
-    """bf16 matmuls are native only with AVX512-BF16 or AMX; elsewhere they are emulated (~10x slower)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return " avx512_bf16" in flags or " amx_bf16" in flags
 
 
 def sh(*args: str) -> None:
