@@ -70,8 +70,9 @@ class Settings(BaseSettings):
                                                          "max_position_embeddings, at most 4096")
     kv_cache_gib: float = Field(1.0, description="KV cache size (CPU build: VLLM_CPU_KVCACHE_SPACE)")
     enforce_eager: bool = Field(False, description="skip torch.compile (fast start, slower decode)")
-    dtype: str = Field("float32", description="weight dtype vLLM computes in: float32 (bf16 is emulated, ~2x slower, "
-                                              "on CPUs without avx512_bf16/AMX), bfloat16, or auto (the checkpoint's)")
+    dtype: str = Field("auto-cpu", description="weight dtype vLLM computes in: auto-cpu = bfloat16 on CPUs with "
+                                               "AVX512-BF16 or AMX, float32 on others (emulated bf16 is ~2x slower), "
+                                               "vLLM's auto on a GPU; or float32, bfloat16, auto (the checkpoint's)")
     engine_timeout_s: float = Field(60.0, description="one generation longer than this -> 504")
     step_timeout_s: float = Field(100.0, description="a whole step (all its turns) longer than this -> 504")
 

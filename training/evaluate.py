@@ -61,9 +61,9 @@ class EvalConfig:
     seed: int | None = field(default=None, metadata={
         "help": "per-request seed (default none: the engine's generator runs on, so a repeated prompt can be "
                 "answered differently, as in serving)"})
-    dtype: str = field(default="float32", metadata={
-        "help": "vLLM dtype; float32 unless the CPU has bf16 instructions (emulated bf16 ran a 135M model ~2x "
-                "slower)"})
+    dtype: str = field(default="auto-cpu", metadata={
+        "help": "vLLM dtype: auto-cpu (the service's default) is bfloat16 on CPUs with AVX512-BF16 or AMX and "
+                "float32 elsewhere (emulated bf16 ran a 135M model ~2x slower); or float32, bfloat16, auto"})
     max_model_len: int = field(default=4096, metadata={"help": "context: a 50-step episode is one chat"})
     eager: bool = field(default=False, metadata={"help": "skip torch.compile (fast start, ~2x slower decode)"})
 

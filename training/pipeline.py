@@ -105,8 +105,10 @@ class PipelineConfig:
         "help": "vLLM KV cache (SmolLM2 fp32 keeps ~46 KB per token: 8 episodes of ~4k tokens need ~1.5 GiB)"})
     eval_other_modes: list[str] = field(default_factory=lambda: ["always_on"], metadata={
         "help": "modes evaluated on valid_unseen beside inline"})
-    eval_other_modes_n: int | None = field(default=40, metadata={
-        "help": "games for those modes (none: all); inline always plays every game"})
+    eval_other_modes_n: int | None = field(default=8, metadata={
+        "help": "games for those modes (none: all; one window of 8 by default: an always_on episode outgrows the "
+                "transcript bound and loses its prefix cache, session 9's 40 did not fit a session); inline always "
+                "plays every game"})
     eval_temperature: float = field(default=0.0, metadata={
         "help": "0 = greedy; the serving default must match (EVOHARNESS_TEMPERATURE)"})
     valid_seen_games: int = field(default=40, metadata={"help": "generated valid_seen games"})

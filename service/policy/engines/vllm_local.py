@@ -31,6 +31,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from service.hardware import serving_dtype
 from service.policy.engines.base import EngineError, EngineTimeout, Generation, GenerationRequest
 
 log = logging.getLogger(__name__)
@@ -141,7 +142,7 @@ class VLLMEngine:
             max_model_len=self.max_model_len,
             enforce_eager=self.enforce_eager,
             seed=self.seed,
-            dtype=self.dtype,
+            dtype=serving_dtype(self.dtype, on_cpu=_is_cpu_build()),
             disable_log_stats=not self.log_stats,
             # no free whitespace in JSON outputs: a weak model otherwise fills them with blanks
             structured_outputs_config={"backend": self.structured_outputs_backend,
