@@ -29,6 +29,13 @@ STEPS = Counter("evoharness_steps", "Step requests by outcome (ok | replay | con
 HARNESS_BY_POSITION = Counter("evoharness_harness_calls_by_position",
                               "Harness calls by the episode step at which they happen (bucketed)",
                               ["bucket", "verb"])
+ADMISSION_RUNNING = Gauge("evoharness_admission_running", "Steps running the policy on this replica (at most "
+                          "EVOHARNESS_MAX_RUNNING_STEPS)", multiprocess_mode="livesum")
+ADMISSION_WAITING = Gauge("evoharness_admission_waiting", "Steps waiting for a slot to run the policy",
+                          multiprocess_mode="livesum")
+ADMISSION_WAIT = Histogram("evoharness_admission_wait_seconds", "Seconds a step waited for its slot, by class "
+                           "(urgent: its session was just refused 409 busy here, e.g. the retry after a failover)",
+                           ["klass"], buckets=(0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
 ERRORS = Counter("evoharness_http_errors", "Error responses by status", ["status"])
 
 POSITION_BUCKETS = ((0, 4, "0-4"), (5, 9, "5-9"), (10, 19, "10-19"), (20, 39, "20-39"), (40, 79, "40-79"))

@@ -17,6 +17,7 @@ import jsonpatch
 
 from service import audit as audit_log
 from service import metrics
+from service.admission import Admission, AdmissionTimeout, RecentlyBusy
 from service.audit import make_event, patch
 from service.bank.evidence import evidence_of
 from service.banks import BankService
@@ -88,6 +89,9 @@ class SessionService:
         # session id -> (tenant, bank name): a step reads its bank's version in the same Redis call that takes
         # the lease (DocStore.begin peek), and BankService reuses the parsed bank while that version holds
         self._bank_of: dict[str, tuple[str, str]] = {}
+        # at most max_running_steps steps run the policy at once; a session refused 409 busy here goes first
+        self.admission = Admission(settings.max_running_steps)
+        self._busy = RecentlyBusy()
 
     # ---- create -------------------------------------------------------------------
     async def create(self, body, tenant: str = "default", key_id: str | None = None) -> dict:
@@ -169,8 +173,15 @@ class SessionService:
                 return self._check_replay(held.stored, req_hash)
             if held.status == "busy":
                 metrics.STEPS.labels("conflict").inc()
+                self._busy.mark(sid)
                 raise in_progress(held, "another step of this session is running")
-            decided = await self._run_policy(call, held.loaded)
+            try:
+                async with self.admission.slot(self._busy.pop(sid), self.settings.admission_timeout_s):
+                    decided = await self._run_policy(call, held.loaded)
+            except AdmissionTimeout as e:
+                metrics.STEPS.labels("overloaded").inc()
+                raise ApiError(503, "Overloaded", f"{e}; nothing was written", headers={"Retry-After": "1"},
+                               retry_after=1) from None
             return await self._commit_step(call, held, decided)
 
     async def _count(self, key_id: str | None) -> tuple[str, int, int] | None:

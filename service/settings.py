@@ -75,6 +75,11 @@ class Settings(BaseSettings):
                                                "vLLM's auto on a GPU; or float32, bfloat16, auto (the checkpoint's)")
     engine_timeout_s: float = Field(60.0, description="one generation longer than this -> 504")
     step_timeout_s: float = Field(100.0, description="a whole step (all its turns) longer than this -> 504")
+    max_running_steps: int = Field(16, ge=0, description="steps running the policy at once on this replica; the "
+                                   "rest wait in line, a session just refused 409 busy here (a failover retry) "
+                                   "first; 0 = no limit (service/admission.py)")
+    admission_timeout_s: float = Field(30.0, gt=0, description="a step waiting longer than this for its slot -> 503 "
+                                       "with Retry-After (nothing written)")
 
     # policy
     temperature: float = Field(None, ge=0.0, le=2.0, validate_default=False,

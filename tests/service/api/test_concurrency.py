@@ -72,3 +72,44 @@ async def test_idempotent_retries_return_the_stored_response(app_factory):
         r = await c.post(f"/v1/sessions/{sid}/step", json={**body, "observation": "other"},
                          headers={"Idempotency-Key": "step-1"})
         assert r.status_code == 422 and "Idempotency-Key" in r.json()["title"]
+
+
+def _urgent_admissions() -> float:
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value("evoharness_admission_wait_seconds_count", {"klass": "urgent"}) or 0.0
+
+
+async def test_a_full_replica_answers_503_and_writes_nothing_and_a_refused_session_goes_first(app_factory):
+    # one step at a time, and a line nobody may wait in: the others are refused, not half-applied
+    async with app_factory(max_running_steps=1, admission_timeout_s=0.001) as c:
+        sids = [(await c.post("/v1/sessions", json={"task": "open the drawer"})).json()["session_id"]
+                for _ in range(6)]
+        rs = await asyncio.gather(*(c.post(f"/v1/sessions/{sid}/step", json={"observation": "o", "admissible_actions":
+                                                                              ADM}) for sid in sids))
+        codes = [r.status_code for r in rs]
+        assert 200 in codes and 503 in codes, codes
+        for sid, r in zip(sids, rs):
+            state = (await c.get(f"/v1/sessions/{sid}/state")).json()
+            if r.status_code == 503:
+                p = r.json()
+                assert p["title"] == "Overloaded" and "nothing was written" in p["detail"]
+                assert r.headers["Retry-After"] == "1" and state["version"] == 0
+                assert (await c.get(f"/v1/sessions/{sid}/audit")).json()["events"] == []
+            else:
+                assert state["version"] == r.json()["version"] > 0
+
+    # a session this replica refused 409 busy runs its next step ahead of the line
+    async with app_factory(harness_cap=0) as c:
+        sid = (await c.post("/v1/sessions", json={"task": "open the drawer"})).json()["session_id"]
+        before = _urgent_admissions()
+        rs = await asyncio.gather(*(c.post(f"/v1/sessions/{sid}/step", json={"observation": f"o{i}",
+                                                                              "admissible_actions": ADM})
+                                    for i in range(4)))
+        refused = sum(r.status_code == 409 for r in rs)
+        assert refused >= 1
+        assert _urgent_admissions() == before              # a refusal takes no slot
+        r = await c.post(f"/v1/sessions/{sid}/step", json={"observation": "again", "admissible_actions": ADM})
+        assert r.status_code == 200 and _urgent_admissions() == before + 1
+        r = await c.post(f"/v1/sessions/{sid}/step", json={"observation": "later", "admissible_actions": ADM})
+        assert r.status_code == 200 and _urgent_admissions() == before + 1   # once per refusal
