@@ -425,6 +425,8 @@ async def run(args) -> dict:
     lease = {"EVOHARNESS_STEP_LEASE_MS": str(args.lease_ms)} if args.lease_ms else {}
     if args.heartbeat_ms:
         lease["EVOHARNESS_LEASE_HEARTBEAT_MS"] = str(args.heartbeat_ms)
+    if args.max_running_steps is not None:
+        lease["EVOHARNESS_MAX_RUNNING_STEPS"] = str(args.max_running_steps)
     stack = Stack(model, workdir, replicas=args.replicas,
                   engine_urls=args.engine_url or None, service_env=lease).start()
     try:
@@ -434,7 +436,7 @@ async def run(args) -> dict:
     finally:
         stack.stop()
     return {"engine": "remote: one vLLM OpenAI server" if not args.engine_url else f"remote: {args.engine_url}",
-            "model": model, "lease": lease or "service defaults", "stack_ready_s": round(ready_s, 1), **out}
+            "model": model, "service_settings": lease or "service defaults", "stack_ready_s": round(ready_s, 1), **out}
 
 
 async def load(stack: Stack, clients: int, steps: int, *, restart: bool = True, down_s: float = 3.0,
@@ -523,6 +525,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the replicas' EVOHARNESS_STEP_LEASE_MS (default: the service's own default)")
     p.add_argument("--heartbeat-ms", type=int, default=None,
                    help="the replicas' EVOHARNESS_LEASE_HEARTBEAT_MS (default: a third of the lease)")
+    p.add_argument("--max-running-steps", type=int, default=None,
+                   help="the replicas' EVOHARNESS_MAX_RUNNING_STEPS (default: the service's, 16; 0 = no line)")
     p.add_argument("--budget-s", type=float, default=6 * 3600, help="per-client time budget")
     p.add_argument("--workdir", default=None)
     p.add_argument("--json", type=Path, default=None)

@@ -555,6 +555,8 @@ def expected(p: Tally, before: Tally, s: float, bank: dict, active: int) -> dict
         'avg(vllm:kv_cache_usage_perc)': lambda got: 0 <= next(iter(got.values())) <= 1 and len(got) == 1,
         'sum(vllm:num_requests_running)': {L(): 0.0},        # idle at T: the 504'd requests were aborted
         'sum(vllm:num_requests_waiting)': {L(): 0.0},
+        'sum(evoharness_admission_running)': {L(): 0.0},      # idle at T: every step gave its slot back
+        'sum(evoharness_admission_waiting)': {L(): 0.0},
         # the alert group's records
         'sum(rate(evoharness_http_errors_total{status=~"5.."}[W])) / (sum(rate(evoharness_http_errors_total'
         '{status=~"5.."}[W])) + (sum(rate(evoharness_steps_total[W])) or vector(0)))':
