@@ -287,8 +287,9 @@ def main(argv: list[str] | None = None) -> int:
             samp = ev.get("sampling") or {"temperature": 0.0}
             how = "greedy" if not samp["temperature"] else \
                 f"sampled at temperature {samp['temperature']}, top-p {samp.get('top_p', 1.0)}"
+            dtype = ev.get("dtype", "float32")
             sections[f"Evaluation ({label})"] = (f"{games}, max {ev['max_steps']} env steps (harness calls spend "
-                                                 f"steps), {how} under the grammar, vLLM CPU engine. "
+                                                 f"steps), {how} under the grammar, vLLM CPU engine ({dtype}). "
                                                  f"Wall: {secs}.\n\n" + md.read_text())
     pipe = _read(work / "pipeline.json")
     if pipe:

@@ -235,6 +235,19 @@ def summarize_mode(results: list[dict], bank: dict) -> dict:
     return s
 
 
+def prefix_cache_tokens() -> tuple[float, float]:
+    """(prompt tokens queried, tokens found in the prefix cache) so far, from the in-process engine's ``vllm:*``
+    counters (prometheus_client's default registry; 0, 0 when vLLM's stat logger is off)."""
+    from prometheus_client import REGISTRY
+
+    totals = {"vllm:prefix_cache_queries_total": 0.0, "vllm:prefix_cache_hits_total": 0.0}
+    for family in REGISTRY.collect():
+        for sample in family.samples:
+            if sample.name in totals:
+                totals[sample.name] += sample.value
+    return totals["vllm:prefix_cache_queries_total"], totals["vllm:prefix_cache_hits_total"]
+
+
 def markdown(report: dict) -> str:
     from training.envs.alfworld.tasks import SHORT_NAMES
 
@@ -250,6 +263,10 @@ def markdown(report: dict) -> str:
         lines.append("| " + " | ".join([split, mode, str(o["games"]), f"{o['success_pct']:.1f}"] + per + [
             f"{o['mean_steps']:.1f}", f"{o['mean_harness_calls']:.2f}", verbs, f"{o['mean_harness_tokens']:.0f}",
             f"{o['mean_tokens']:.0f}", str(s["bank_size"])]) + " |")
+    caches = [f"{k} {c['hit_pct']:.1f} % of {c['queried_tokens']:,.0f} prompt tokens"
+              for k, c in report.get("prefix_cache", {}).items() if c["queried_tokens"]]
+    if caches:
+        lines += ["", f"Prefix cache (vLLM, {report.get('dtype', '?')}): " + "; ".join(caches) + "."]
     return "\n".join(lines)
 
 
@@ -284,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from service.bank.evolver import new_bank
+    from service.hardware import serving_dtype
     from service.policy.engines.vllm_local import VLLMEngine
     from service.policy.turns import Sampling
     from training.plots import plot_bars
@@ -303,7 +321,8 @@ def main(argv: list[str] | None = None) -> int:
     report = {"model": str(model), "max_steps": args.max_steps, "n": args.n, "skip": args.skip, "results": {},
               "seconds": {},
               "concurrency": min(args.concurrency, args.window), "window": args.window,
-              "sampling": {"temperature": args.temperature, "top_p": args.top_p, "seed": sampling.seed}}
+              "sampling": {"temperature": args.temperature, "top_p": args.top_p, "seed": sampling.seed},
+              "dtype": serving_dtype(args.dtype)}   # (the CPU build here; on a GPU, auto-cpu is vLLM's auto)
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(str(model))
     from service.policy.render import transcript_chars_for
@@ -316,14 +335,19 @@ def main(argv: list[str] | None = None) -> int:
             games = games_for(split, args.n and args.n + args.skip)[args.skip:]
             for mode in args.mode:
                 started, key, total = time.perf_counter(), f"{split}/{mode}", len(games)
+                cache0 = prefix_cache_tokens()
 
-                def save(results, bank, key=key, started=started, total=total):
+                def save(results, bank, key=key, started=started, total=total, cache0=cache0):
                     """The report so far: a stopped run keeps every finished window (``partial`` says how many
                     games of the split it covers)."""
                     report["results"][key] = summarize_mode(results, bank)
                     report["seconds"][key] = round(time.perf_counter() - started, 1)
                     report.setdefault("episodes", {})[key] = results
                     report.setdefault("partial", {})[key] = None if len(results) == total else len(results)
+                    queried, hits = (b - a for a, b in zip(cache0, prefix_cache_tokens()))
+                    report.setdefault("prefix_cache", {})[key] = {
+                        "queried_tokens": queried, "hit_tokens": hits,
+                        "hit_pct": round(100 * hits / queried, 2) if queried else None}
                     (out / "eval.json").write_text(json.dumps(report, indent=1))
                     (out / "eval.md").write_text(markdown(report) + "\n")
 

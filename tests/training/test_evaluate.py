@@ -56,6 +56,11 @@ def test_concurrent_episodes_report_every_game_in_order_with_its_own_harness_rec
         assert e["steps_used"] == e["steps"] + e["harness_calls"]   # the twin's state saw exactly this game
         assert sum(e["by_verb"].values()) == e["harness_calls"]
     assert report["results"]["fixtures/inline"]["overall"]["games"] == 3
+    # the episode is one growing chat: later steps find their prefix in vLLM's cache, and the report says how much
+    cache = report["prefix_cache"]["fixtures/inline"]
+    prompt_tokens = sum(e["prompt_tokens"] for e in episodes)
+    assert 0 < cache["hit_tokens"] < cache["queried_tokens"] and cache["queried_tokens"] >= 0.9 * prompt_tokens
+    assert report["dtype"] in ("bfloat16", "float32") and "Prefix cache" in (tmp_path / "eval.md").read_text()
 
 
 def _episode(game: str, won: bool, task_type: str = "pick_and_place_simple") -> dict:
