@@ -18,11 +18,14 @@ the one for the pretrained base, where the served prompt is the episode as one g
    runs eagerly (slower decoding, no restart).
 2. Reward. :func:`training.reward.episode_reward` (the study's formula plus an explicit cost per harness call).
 3. Advantage. Group-relative per game, ``(R - mean) / (std + eps)``; every policy token of an episode gets its
-   episode's advantage.
+   episode's advantage. With ``--call-credit c`` the tokens of each harness-call turn get ``-c`` more: the call's
+   cost lands on the turn that paid it, not spread over the episode (a departure from the study, off by default).
 4. Loss. Each episode's turns chain into one sequence (``training.sft.episodes_of``: a turn continues the sequence
    when its prompt extends it), tokenized once as in SFT; one forward gives the log-probabilities of every policy
-   token (logits only at those positions). Token-level mean of ``-A * log p`` over the batch; one optimizer step per
-   update on fresh on-policy samples (PPO ratio 1, so no clipping).
+   token (logits only at those positions). ``-A_t * log p_t`` averaged over the batch's policy tokens
+   (``--loss-norm token``, DAPO) or per episode first (``episode``, the original GRPO: a long losing episode then
+   weighs what a short win does); one optimizer step per update on fresh on-policy samples (PPO ratio 1, so no
+   clipping).
 
 Where it departs from the study: no KL term (beta 0, as DAPO and TRL's default; the study used 0.01), a few updates
 of a few games instead of 150 x 16 x 8, a cost per call that is large enough to act within that horizon, and the
@@ -73,6 +76,14 @@ class EpisodeGRPOConfig:
     mode: str = field(default="inline", metadata={"help": "harness mode of the rollouts"})
     harness_cap: int = field(default=3, metadata={"help": "harness calls allowed per step"})
     max_length: int = field(default=4096, metadata={"help": "tokens per training sequence (longer ones are cut)"})
+    call_credit: float = field(default=0.0, metadata={
+        "help": "per-turn credit of the call cost: the tokens of each harness-call turn get -call_credit on top of "
+                "their episode's group advantage (the cost credited to the turn that paid it, where the episode "
+                "advantage spreads it over every token); 0 = the study's episode-level advantage only"})
+    loss_norm: str = field(default="token", metadata={
+        "help": "token: the mean over every policy token of the batch (DAPO; long episodes weigh more); episode: "
+                "each episode's tokens averaged first, then the mean over episodes (the original GRPO)",
+        "choices": ["token", "episode"]})
     rollout_engine: str = field(default="merged", metadata={
         "help": "merged: after each update the adapter is merged into the base and a fresh (compiled) engine "
                 "serves it; lora: one engine, vLLM LoRA with the adapter swapped in (eager on the CPU build)",
@@ -95,7 +106,7 @@ def episode_rows(agent, game: str, mode: str) -> list[dict]:
         prompts = {hashlib.sha256(p.encode()).hexdigest()[:16]: p for p in o.prompts}
         for t in o.turns:
             rows.append({"prompt": prompts[t.prompt_hash], "completion": t.raw + IM_END, "game": game, "mode": mode,
-                         "source": "grpo"})
+                         "source": "grpo", "harness": t.kind == "harness"})
     return rows
 
 
@@ -156,38 +167,56 @@ class Rollouts:
 
 
 # ------------------------------------------------------------------------------------------------ loss
-def sequences(episodes: list[dict], tok, max_length: int) -> list[dict]:
-    """Each episode's rows chained into sequences and tokenized as SFT does; each carries its episode's advantage."""
+def sequences(episodes: list[dict], tok, max_length: int, call_credit: float = 0.0) -> list[dict]:
+    """Each episode's rows chained into sequences and tokenized as SFT does. Every policy token carries its
+    advantage (``token_advantage``, aligned with the tokens): the episode's, minus ``call_credit`` on the tokens of a
+    harness-call turn; and its episode's index (``episode``)."""
     from training.sft import episodes_of, tokenize_episode
 
     out = []
-    for ep in episodes:
+    for k, ep in enumerate(episodes):
+        rows = iter(ep["rows"])
         for seq in episodes_of(ep["rows"]):
-            enc = tokenize_episode(tok, seq, max_length)
-            out.append({**enc, "advantage": ep["advantage"]})
+            calls = [bool(next(rows).get("harness")) for _ in seq["spans"]]   # one span per row, in row order
+            enc = tokenize_episode(tok, seq, max_length, with_spans=True)
+            adv = [ep["advantage"] - (call_credit if j >= 0 and calls[j] else 0.0) for j in enc.pop("span_index")]
+            out.append({**enc, "token_advantage": adv, "advantage": ep["advantage"], "episode": k})
     return out
 
 
-def policy_gradient_step(model, seqs: list[dict], bf16: bool) -> float:
-    """Accumulate ``-A * log p`` over every policy token (token-level mean over the batch); returns the loss."""
+def token_weights(seqs: list[dict], norm: str) -> list[float]:
+    """Per sequence, the weight of each of its policy tokens in the loss: 1 / (policy tokens of the batch) for
+    ``token``; 1 / (episodes x that episode's policy tokens) for ``episode``."""
+    counts: dict[int, int] = {}
+    for s in seqs:
+        counts[s["episode"]] = counts.get(s["episode"], 0) + sum(s["completion_mask"])
+    if norm == "token":
+        total = sum(counts.values()) or 1
+        return [1.0 / total for _ in seqs]
+    n = len([c for c in counts.values() if c]) or 1
+    return [1.0 / (n * counts[s["episode"]]) if counts[s["episode"]] else 0.0 for s in seqs]
+
+
+def policy_gradient_step(model, seqs: list[dict], bf16: bool, norm: str = "token") -> float:
+    """Accumulate ``-A_t * log p_t`` over every policy token, weighted by ``token_weights``; returns the loss."""
     import contextlib
 
     import torch
 
-    total = sum(sum(s["completion_mask"]) for s in seqs) or 1
     loss_sum = 0.0
-    for s in seqs:
+    for s, w in zip(seqs, token_weights(seqs, norm)):
         ids = torch.tensor([s["input_ids"]])
         mask = torch.tensor(s["completion_mask"], dtype=torch.bool)
         targets = mask.nonzero()[:, 0]
         targets = targets[targets > 0]
         if not len(targets):
             continue
+        adv = torch.tensor(s.get("token_advantage") or [s["advantage"]] * len(s["input_ids"]))[targets]
         ctx = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
         with ctx:
             logits = model(input_ids=ids, logits_to_keep=targets - 1).logits[0].float()
         logp = torch.log_softmax(logits, -1).gather(1, ids[0, targets][:, None])[:, 0]
-        term = -(s["advantage"] * logp).sum() / total
+        term = -(adv * logp).sum() * w
         term.backward()
         loss_sum += float(term.detach())
     return loss_sum
@@ -279,11 +308,13 @@ def run(cfg: EpisodeGRPOConfig) -> list[dict]:
                 group = episodes[i:i + cfg.group]
                 for ep, adv in zip(group, advantages([e["reward"]["total"] for e in group])):
                     ep["advantage"] = adv
-            seqs = sequences([e for e in episodes if e["advantage"] != 0.0], tok, cfg.max_length)
+            # an episode whose group tied has no episode advantage, but its calls still carry their credit
+            seqs = sequences([e for e in episodes if e["advantage"] != 0.0 or (cfg.call_credit and e["calls"])],
+                             tok, cfg.max_length, cfg.call_credit)
             tick = time.perf_counter()
             model.train()
             opt.zero_grad()
-            loss = policy_gradient_step(model, seqs, bf16)
+            loss = policy_gradient_step(model, seqs, bf16, cfg.loss_norm)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
             opt.step()
             model.eval()

@@ -95,16 +95,19 @@ def episodes_of(rows: list[dict]) -> list[dict]:
     return seqs
 
 
-def tokenize_episode(tok, ep: dict, max_length: int, lm: bool = False) -> dict:
-    """input_ids and completion_mask (1 on tokens inside a completion span; every token with ``lm``)."""
+def tokenize_episode(tok, ep: dict, max_length: int, lm: bool = False, with_spans: bool = False) -> dict:
+    """input_ids and completion_mask (1 on tokens inside a completion span; every token with ``lm``); with
+    ``with_spans`` also span_index (the completion span each token lies in, -1 outside them: GRPO's per-turn credit)."""
     enc = tok(ep["text"], add_special_tokens=False, return_offsets_mapping=True)
     ids, offsets = enc["input_ids"][:max_length], enc["offset_mapping"][:max_length]
-    mask, j, spans = [], 0, ep["spans"]
+    mask, index, j, spans = [], [], 0, ep["spans"]
     for s, e in offsets:
         while j < len(spans) and spans[j][1] <= s:
             j += 1
-        mask.append(1 if lm or (j < len(spans) and spans[j][0] <= s and e <= spans[j][1]) else 0)
-    return {"input_ids": ids, "completion_mask": mask}
+        inside = j < len(spans) and spans[j][0] <= s and e <= spans[j][1]
+        mask.append(1 if lm or inside else 0)
+        index.append(j if inside else -1)
+    return {"input_ids": ids, "completion_mask": mask, **({"span_index": index} if with_spans else {})}
 
 
 def load_rows(cfg: SFTRunConfig) -> tuple[list[dict], list[dict]]:

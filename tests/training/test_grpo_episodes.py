@@ -60,6 +60,53 @@ def test_a_step_moves_the_episode_tokens_the_way_of_the_advantage(tiny_model, si
     assert (after - before) * sign > 0
 
 
+def _call_then_act_rows():
+    from service.policy.wire import IM_END
+    p1 = "<|im_start|>user\nYou see a desk 1.<|im_end|>\n<|im_start|>assistant\n"
+    c1 = "<think>plan</think><action>commit [find the pen]</action>" + IM_END
+    p2 = p1 + c1 + "\n<|im_start|>user\ncommit [find the pen] -> ok<|im_end|>\n<|im_start|>assistant\n"
+    c2 = "<think>go</think><action>go to desk 1</action>" + IM_END
+    return [{"prompt": p1, "completion": c1, "game": "g", "mode": "inline", "source": "grpo", "harness": True},
+            {"prompt": p2, "completion": c2, "game": "g", "mode": "inline", "source": "grpo", "harness": False}]
+
+
+def test_call_credit_lowers_only_the_call_turns_tokens_and_a_step_makes_the_call_less_likely(tiny_model):
+    import torch
+
+    from training.grpo_episodes import policy_gradient_step, sequences
+
+    model, tok = _lora(tiny_model)
+    rows = _call_then_act_rows()
+    (seq,) = sequences([{"rows": rows, "advantage": 0.25}], tok, 4096, call_credit=1.0)
+    adv = [a for a, m in zip(seq["token_advantage"], seq["completion_mask"]) if m]
+    n_call = len(tok(rows[0]["completion"], add_special_tokens=False)["input_ids"])
+    assert adv[:n_call] == [-0.75] * n_call and set(adv[n_call:]) == {0.25}   # -1 on the call, the episode's on the act
+    (plain,) = sequences([{"rows": rows, "advantage": 0.25}], tok, 4096)
+    assert {a for a, m in zip(plain["token_advantage"], plain["completion_mask"]) if m} == {0.25}
+
+    (tied,) = sequences([{"rows": rows, "advantage": 0.0}], tok, 4096, call_credit=1.0)  # a tied group's episode
+    call_only = {**tied, "completion_mask": [m if a < 0 else 0 for a, m in zip(tied["token_advantage"],
+                                                                               tied["completion_mask"])]}
+    before = _logp(model, call_only)
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
+    opt.zero_grad()
+    policy_gradient_step(model, [tied], bf16=False)
+    opt.step()
+    assert _logp(model, call_only) < before
+
+
+def test_loss_weights_are_per_token_or_per_episode():
+    from training.grpo_episodes import token_weights
+
+    seqs = [{"episode": 0, "completion_mask": [1] * 30}, {"episode": 0, "completion_mask": [1] * 10},
+            {"episode": 1, "completion_mask": [0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]}]
+    tok_w = token_weights(seqs, "token")
+    assert tok_w == [1 / 50] * 3
+    ep_w = token_weights(seqs, "episode")
+    per_episode = [ep_w[0] * 30 + ep_w[1] * 10, ep_w[2] * 10]
+    assert per_episode == pytest.approx([0.5, 0.5])       # a long episode weighs what a short one does
+
+
 @pytest.mark.parametrize("rollout_engine", ["lora", "merged"])
 def test_two_updates_play_through_vllm_the_second_on_the_first_ones_weights(tiny_model, tiny_lora, tmp_path,
                                                                              rollout_engine):
