@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from service import audit as audit_log
 from service import metrics
@@ -25,18 +26,52 @@ def bank_doc(tenant: str, name: str) -> str:
 _CACHE_BANKS = 256  # parsed bank states kept per process (by version), most recently loaded last
 
 
+class BankSeedError(ValueError):
+    """The configured bank seed file is missing or is not an evolver state (the service refuses to start)."""
+
+
+def load_bank_seed(path: str | Path) -> dict:
+    """A bank.json (what the evolver writes: entries, caps, controls, counters) as a new bank's starting state."""
+    try:
+        state = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise BankSeedError(f"bank seed {path}: {e}") from None
+    base = new_bank()
+    if not isinstance(state, dict) or not isinstance(state.get("entries"), dict) or any(
+            not isinstance(e, dict) or e.get("category") not in CATEGORIES or not isinstance(e.get("text"), str)
+            for e in state["entries"].values()):
+        raise BankSeedError(f"bank seed {path}: not an Experience bank (entries of the evolver's categories "
+                            f"{', '.join(CATEGORIES)}, each with a text)")
+    return {**base, **{k: state[k] for k in base if k in state}}
+
+
+def seed_path(setting: str | None, model_dir: str) -> Path | None:
+    """The bank seed a service uses: the setting's file, none for 'none', else the policy folder's bank.json."""
+    if setting is not None:
+        return None if setting.strip().lower() in ("", "none") else Path(setting)
+    shipped = Path(model_dir) / "bank.json"
+    return shipped if shipped.is_file() else None
+
+
 class BankService:
     def __init__(self, docs: DocStore, cap: int = 80, lease_ms: int = 3_000, engine: Engine | None = None,
-                 heartbeat_ms: int | None = None):
+                 heartbeat_ms: int | None = None, seed: dict | None = None):
         # the bank's single-writer lease, renewed every heartbeat_ms (None: lease_ms / 3) while a change runs
         self.docs, self.cap, self.lease_ms, self.engine = docs, cap, lease_ms, engine
         self.heartbeat_ms = heartbeat_ms
+        self.seed = seed   # what a new bank starts with (load_bank_seed), None: empty
         self._cache: dict[str, tuple[tuple, dict]] = {}  # doc id -> ((version, created_at), state)
+
+    def initial(self) -> dict:
+        """A new bank's state: the seed's entries and counters (a copy) under this service's cap, or empty."""
+        if self.seed is None:
+            return new_bank(self.cap)
+        return {**copy.deepcopy(self.seed), "caps": {c: self.cap for c in CATEGORIES}}
 
     async def ensure(self, name: str, tenant: str = "default") -> None:
         doc = bank_doc(tenant, name)
         if not await self.docs.exists(doc):
-            await self.docs.create(doc, new_bank(self.cap), {"tenant": tenant})
+            await self.docs.create(doc, self.initial(), {"tenant": tenant})
 
     def meta_key(self, name: str, tenant: str = "default") -> str:
         """The Redis key whose version/created_at `read(..., seen=...)` takes (see DocStore.begin's `peek`)."""
@@ -51,14 +86,14 @@ class BankService:
         doc = bank_doc(tenant, name)
         if seen is not None:
             if seen[0] is None:
-                return new_bank(self.cap)
+                return self.initial()
             hit = self._cache.get(doc)
             if hit is not None and hit[0] == (seen[0], seen[1]):
                 return hit[1]
         try:
             loaded = await self.docs.load(doc)
         except DocGone:
-            return new_bank(self.cap)
+            return self.initial()
         self._cache.pop(doc, None)
         if len(self._cache) >= _CACHE_BANKS:
             self._cache.pop(next(iter(self._cache)))

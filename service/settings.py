@@ -91,6 +91,9 @@ class Settings(BaseSettings):
     harness_cap: int = Field(3, ge=0, description="default per-step harness-call cap of new sessions")
     recall_k: int = Field(3, ge=1, le=20, description="entries returned by recall / shown in always_on")
     bank_cap: int = Field(80, ge=1, description="per-category cap of a new bank")
+    bank_seed: str | None = Field(None, description="the Experience a new bank starts with: a bank.json (an "
+                                  "evolver state); unset = the served policy folder's bank.json if it has one (the "
+                                  "bank it was evaluated with), else empty; 'none' = empty")
 
     # limits (4xx)
     max_body_bytes: int = Field(256_000, description="larger request bodies -> 413")
