@@ -128,6 +128,16 @@ def targets_section(work: Path) -> str:
         rows.append(f"| harness tokens per episode | inline < always_on | {val} | {mark(ok)} |")
     else:
         rows.append("| harness tokens per episode | inline < always_on | - | not measured |")
+    pipe = _read(work / "pipeline.json")
+    if pipe:
+        ran = pipe.get("ran")
+        whole = ran is None or {"teacher", "sft", "eval-policy"} <= {r["stage"] for r in ran}
+        val = f"{pipe['seconds'] / 60:.0f} min" + ("" if ran is not None else " (stages run not recorded)") + \
+            ("" if whole else " (some stages were reused, not rerun)")
+        rows.append(f"| `make policy` end to end on the card's machine | ≤ 150 min | {val} | "
+                    f"{mark(pipe['seconds'] <= 150 * 60) if whole else 'not measured'} |")
+    else:
+        rows.append("| `make policy` end to end on the card's machine | ≤ 150 min | - | not measured |")
     return "\n".join(rows)
 
 

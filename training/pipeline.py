@@ -121,18 +121,30 @@ class PipelineConfig:
     force: bool = field(default=False, metadata={"help": "rerun stages whose output exists"})
 
 
+RAN: list[dict] = []   # the stage commands this process ran (not those skipped as done), with their seconds
+
+
+def _ran(commands: list[list[str]], t0: float) -> None:
+    for args in commands:
+        name = Path(args[-1]).stem if args[-2:-1] == ["--config"] else args[0]
+        RAN.append({"stage": name, "seconds": round(time.perf_counter() - t0, 1)})
+
+
 def sh(*args: str) -> None:
     print("+", " ".join(args), flush=True)
+    t0 = time.perf_counter()
     subprocess.run([sys.executable, "-m", *args], check=True)
+    _ran([list(args)], t0)
 
 
 def sh_parallel(commands: list[list[str]]) -> None:
     """Run ``python -m`` commands side by side; fail if any fails."""
-    procs = []
+    procs, t0 = [], time.perf_counter()
     for args in commands:
         print("+", " ".join(args), "&", flush=True)
         procs.append(subprocess.Popen([sys.executable, "-m", *args]))
     codes = [p.wait() for p in procs]
+    _ran(commands, t0)
     if any(codes):
         raise subprocess.CalledProcessError(max(codes), commands[codes.index(max(codes))])
 
@@ -224,8 +236,8 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
                 bank=f"{model}/bank.json" if model == sft_policy else bank,   # each with the bank it shipped with
                 temperature=cfg.eval_temperature, kv_cache_gib=cfg.eval_kv_cache_gib,
                 out=str(work / f"eval-{label}"))))
-    (work / "pipeline.json").write_text(json.dumps({"config": asdict(cfg),
-                                                    "seconds": round(time.perf_counter() - t0, 1)}, indent=1))
+    seconds = round(time.perf_counter() - t0, 1)
+    (work / "pipeline.json").write_text(json.dumps({"config": asdict(cfg), "seconds": seconds, "ran": RAN}, indent=1))
     if "export" in cfg.stages:
         sh(*stage(work, "card", "training.card", CardConfig(
             policy=cfg.out, work=str(work), teacher=cfg.teacher_out,

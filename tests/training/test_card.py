@@ -79,3 +79,19 @@ def test_the_grpo_section_says_whether_the_card_s_policy_is_grpo_s_adapter(tmp_p
     assert "Not shipped" in text and "| 0 | 4.8 | 0.5 | 1.9 |" in text
     (policy / "adapter" / "adapter_model.safetensors").write_bytes(b"after GRPO")
     assert "This card's policy is GRPO's adapter" in grpo_section(work, policy)
+
+
+def test_the_make_policy_row_is_read_from_the_run_and_counts_only_a_whole_run(tmp_path):
+    import json
+
+    from training.card import targets_section
+
+    assert "| `make policy` end to end on the card's machine | ≤ 150 min | - | not measured |" in targets_section(
+        tmp_path)
+    ran = [{"stage": s, "seconds": 60.0} for s in ("generate-train", "teacher", "sft", "export", "eval-policy")]
+    (tmp_path / "pipeline.json").write_text(json.dumps({"seconds": 8000.0, "ran": ran}))
+    assert "| ≤ 150 min | 133 min | met |" in targets_section(tmp_path)
+    (tmp_path / "pipeline.json").write_text(json.dumps({"seconds": 9500.0, "ran": ran}))
+    assert "| ≤ 150 min | 158 min | missed |" in targets_section(tmp_path)
+    (tmp_path / "pipeline.json").write_text(json.dumps({"seconds": 600.0, "ran": ran[3:]}))   # SFT reused
+    assert "(some stages were reused, not rerun) | not measured |" in targets_section(tmp_path)
