@@ -55,11 +55,12 @@ def seed_path(setting: str | None, model_dir: str) -> Path | None:
 
 class BankService:
     def __init__(self, docs: DocStore, cap: int = 80, lease_ms: int = 3_000, engine: Engine | None = None,
-                 heartbeat_ms: int | None = None, seed: dict | None = None):
+                 heartbeat_ms: int | None = None, seed: dict | None = None, evolver_chars: int | None = None):
         # the bank's single-writer lease, renewed every heartbeat_ms (None: lease_ms / 3) while a change runs
         self.docs, self.cap, self.lease_ms, self.engine = docs, cap, lease_ms, engine
         self.heartbeat_ms = heartbeat_ms
         self.seed = seed   # what a new bank starts with (load_bank_seed), None: empty
+        self.evolver_chars = evolver_chars   # the model evolver's prompt bound (the engine's context is finite)
         self._cache: dict[str, tuple[tuple, dict]] = {}  # doc id -> ((version, created_at), state)
 
     def initial(self) -> dict:
@@ -150,7 +151,8 @@ class BankService:
             stamp = loaded.version + 1
             extra = {}
             if evolver == "model":
-                new, ops, info = await consolidate_with_model(self.engine, loaded.state, list(pending.values()), stamp)
+                new, ops, info = await consolidate_with_model(self.engine, loaded.state, list(pending.values()), stamp,
+                                                              max_chars=self.evolver_chars)
                 model, usage = info["model"], info["usage"]
                 extra = {"rejected": info["rejected"], "raw": info["raw"], "error": info["error"]}
             else:

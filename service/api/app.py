@@ -13,6 +13,7 @@ from service.api.routes import banks, health, sessions, ui
 from service.auth import load_keyring
 from service.banks import BankService, load_bank_seed, seed_path
 from service.policy.engines.base import Engine
+from service.policy.render import transcript_chars_for
 from service.rate_limit import RateLimiter
 from service.sessions import SessionService
 from service.settings import Settings, model_context_len
@@ -119,7 +120,9 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         await eng.start()
         bank_docs = DocStore(r, settings.namespace, "b")
         app.state.banks = BankService(bank_docs, cap=settings.bank_cap, lease_ms=settings.step_lease_ms, engine=eng,
-                                      heartbeat_ms=settings.lease_heartbeat_ms, seed=bank_seed)
+                                      heartbeat_ms=settings.lease_heartbeat_ms, seed=bank_seed,
+                                      # JSON costs more tokens per character than prose: 60 % of a step's bound
+                                      evolver_chars=int(0.6 * transcript_chars_for(context)))
         app.state.rate_limiter = (RateLimiter(r, settings.namespace, settings.rate_limit, settings.rate_window_s)
                                   if settings.rate_limit > 0 else None)
         session_docs = DocStore(r, settings.namespace, "s", live_index="active")  # {ns}:active: live sessions
@@ -141,6 +144,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     )
     app.state.settings = settings
     app.state.keyring = load_keyring(settings)  # refuses to start with auth on and no keys; warns loudly if off
+    context = settings.max_model_len or model_context_len(settings.model)
     seed_file = seed_path(settings.bank_seed, settings.model)   # a bad seed file stops the start here, not a step
     bank_seed = load_bank_seed(seed_file) if seed_file else None
     if seed_file:

@@ -42,14 +42,32 @@ OPS_SCHEMA = {
 }
 
 
-def render_request(bank: dict, evidence: list[dict]) -> str:
-    entries = [{k: e[k] for k in ("id", "category", "text", "evidence", "uses", "pinned")}
-               for e in bank["entries"].values()]
+def render_request(bank: dict, evidence: list[dict], max_chars: int | None = None) -> str:
+    """The consolidation prompt. With ``max_chars`` the bank and episodes shown fit that many characters (the
+    engine's context is finite, a bank at its caps holds hundreds of entries): pinned and most used entries first,
+    then the newest; the rest are counted as omitted (the model cannot change what it does not see)."""
+    ranked = sorted(bank["entries"].values(), key=lambda e: (not e.get("pinned"), -e.get("uses", 0),
+                                                             -e.get("evidence", 0), -e.get("updated_in", 0)))
+    entries = [{k: e[k] for k in ("id", "category", "text", "evidence", "uses", "pinned")} for e in ranked]
     episodes = [{k: ev.get(k) for k in ("task_type", "won", "notes", "found", "plan")} for ev in evidence]
+    if max_chars is not None:
+        while episodes and len(json.dumps(episodes)) > max_chars // 2:
+            episodes.pop()                          # not shown to the model (its usage still counts)
+        room = max_chars - len(json.dumps(episodes))
+        shown, used = [], 2
+        for e in entries:
+            used += len(json.dumps(e)) + 2
+            if used > room:
+                break
+            shown.append(e)
+        omitted, entries = len(entries) - len(shown), shown
+    else:
+        omitted = 0
+    note = f" ({omitted} more entries not shown)" if omitted else ""
     return chatml([
         {"role": "system", "content": "You maintain an experience bank of lessons for an agent. Answer JSON "
                                       "{\"ops\": [...]} with add/update/merge/delete operations; keep it compact."},
-        {"role": "user", "content": f"Bank: {json.dumps(entries)}\nEpisodes: {json.dumps(episodes)}"},
+        {"role": "user", "content": f"Bank{note}: {json.dumps(entries)}\nEpisodes: {json.dumps(episodes)}"},
     ])
 
 
@@ -95,8 +113,9 @@ def apply_ops(bank: dict, evidence: list[dict], ops: list[dict], stamp: int) -> 
 
 
 async def consolidate_with_model(engine: Engine, bank: dict, evidence: list[dict], stamp: int,
-                                 max_tokens: int = 512) -> tuple[dict, list[dict], dict]:
-    gen = await engine.generate(GenerationRequest(prompt=render_request(bank, evidence), json_schema=OPS_SCHEMA,
+                                 max_tokens: int = 512, max_chars: int | None = None) -> tuple[dict, list[dict], dict]:
+    prompt = render_request(bank, evidence, max_chars)
+    gen = await engine.generate(GenerationRequest(prompt=prompt, json_schema=OPS_SCHEMA,
                                                   max_tokens=max_tokens, temperature=0.0))
     try:
         ops = json.loads(gen.text).get("ops", [])

@@ -54,3 +54,24 @@ async def test_consolidate_with_the_served_model(app_factory):
         assert bank["pending_evidence"] == 0 and bank["version"] == ev["version"]
         r = await c.post("/v1/banks/llm/consolidate", params={"evolver": "oracle"})
         assert r.status_code == 422
+
+
+def test_a_large_bank_is_shown_within_the_prompt_bound_pinned_and_used_entries_first():
+    from service.bank.model_evolver import render_request
+
+    bank = new_bank()
+    for i in range(200):
+        bank["entries"][f"e{i}"] = {"id": f"e{i}", "category": "search_priority", "key": f"where:o{i}",
+                                    "text": f"object {i} is usually at shelf {i}", "evidence": 1, "uses": 0,
+                                    "failures": 0, "pinned": False, "data": {}, "created_in": 1, "updated_in": 1}
+    ids = list(bank["entries"])
+    bank["entries"][ids[-1]]["pinned"] = True
+    bank["entries"][ids[-2]]["uses"] = 9
+    evidence = [{"task_type": "pick", "won": True, "notes": ["x" * 50]}] * 3
+    full = render_request(bank, evidence)
+    bounded = render_request(bank, evidence, max_chars=3000)
+    assert len(full) > 10_000 and len(bounded) < 3000 + 600        # the bound plus the fixed instructions
+    assert "more entries not shown)" in bounded and "more entries not shown" not in full
+    shown = json.loads(bounded.split("Bank (")[1].split(": ", 1)[1].split("\nEpisodes: ")[0])
+    assert [e["id"] for e in shown[:2]] == [ids[-1], ids[-2]]       # pinned, then the most used
+    assert '"notes": ["' + "x" * 50 in bounded
