@@ -63,6 +63,7 @@ def test_every_stage_runs_from_a_config_file_its_module_reads(tmp_path, monkeypa
     evals = seen["training.evaluate"]    # the policy, and the policy in the other modes
     assert [Path(e["out"]).name for e in evals] == ["eval-policy", "eval-policy-modes"]
     assert all(e["max_steps"] == cfg.eval_max_steps for e in evals)
+    assert all(e["concurrency"] == e["window"] == cfg.eval_concurrency for e in evals)
     ns = {tuple(e["mode"]): e["n"] for e in evals}
     assert ns[("inline",)] is None and ns[tuple(cfg.eval_other_modes)] == cfg.eval_other_modes_n
     assert seen["training.card"][0]["remarks"] == cfg.remarks     # the committed remarks file exists
