@@ -88,6 +88,9 @@ class EpisodeGRPOConfig:
         "help": "merged: after each update the adapter is merged into the base and a fresh (compiled) engine "
                 "serves it; lora: one engine, vLLM LoRA with the adapter swapped in (eager on the CPU build)",
         "choices": ["merged", "lora"]})
+    rollout_dtype: str = field(default="auto-cpu", metadata={
+        "help": "vLLM dtype of the rollouts: auto-cpu is bfloat16 on CPUs with bf16 instructions, else float32 "
+                "(session 9's runs used float32)"})
     kv_cache_gib: float = field(default=2.0, metadata={
         "help": "vLLM KV cache of the rollout engine (fp32 SmolLM2: ~46 kB a token)"})
     reward: RewardConfig = field(default_factory=RewardConfig, metadata={
@@ -283,10 +286,10 @@ def run(cfg: EpisodeGRPOConfig) -> list[dict]:
     def engine_for(adapter: Path, name: str):
         if cfg.rollout_engine == "lora":
             return VLLMEngine(base, adapter=adapter, adapter_name=name, max_model_len=context,
-                              kv_cache_gib=cfg.kv_cache_gib, dtype="float32")
+                              kv_cache_gib=cfg.kv_cache_gib, dtype=cfg.rollout_dtype)
         merged = merge_lora(base, adapter, out / "merged" / name, files_from=[adapter, base])
         return VLLMEngine(merged, served_model_name=f"{base.name}+{name}", max_model_len=context,
-                          kv_cache_gib=cfg.kv_cache_gib, dtype="float32")
+                          kv_cache_gib=cfg.kv_cache_gib, dtype=cfg.rollout_dtype)
 
     engine = engine_for(current, "grpo" if start == 0 else f"grpo-u{start}")
     policy = EnginePolicy(engine, mode=cfg.mode, bank=bank, harness_cap=cfg.harness_cap,

@@ -42,6 +42,9 @@ class PipelineConfig:
 
     train_games: int = field(default=600, metadata={
         "help": "generated train games (the benchmark's train split size)"})
+    verify_train_games: bool = field(default=False, metadata={
+        "help": "check train games with the planner too (off: the search expert's wins filter them; the planner "
+                "is 3-7 s of the ~0.3-7 s a game takes, about 30-60 min of 850 train games on two cores)"})
     work: str = field(default="runs/policy", metadata={"help": "intermediate outputs (and configs/)"})
     teacher_out: str = field(default="data/teacher", metadata={"help": "teacher data folder"})
     teacher_shards: int = field(default=2, metadata={
@@ -168,7 +171,8 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
 
     if "games" in cfg.stages:
         generate = "training.envs.alfworld.generate"
-        sh(*stage(work, "generate-train", generate, GenerateConfig(split="train", count=cfg.train_games)))
+        sh(*stage(work, "generate-train", generate, GenerateConfig(split="train", count=cfg.train_games,
+                                                                             verify=cfg.verify_train_games)))
         sh(*stage(work, "generate-valid_seen", generate, GenerateConfig(split="valid_seen",
                                                                        count=cfg.valid_seen_games)))
         sh(*stage(work, "generate-valid_unseen", generate, GenerateConfig(split="valid_unseen")))
@@ -270,7 +274,8 @@ def more_stage(cfg: PipelineConfig, work: Path, base: str, adapter: Path, done) 
     if done(out / "adapter"):
         return out / "adapter"
     sh(*stage(work, "generate-more", "training.envs.alfworld.generate", GenerateConfig(
-        split="train", count=cfg.more_plan, first=cfg.more_games, seed=cfg.more_seed, out=Path(MORE_GAMES))))
+        split="train", count=cfg.more_plan, first=cfg.more_games, seed=cfg.more_seed, out=Path(MORE_GAMES),
+        verify=cfg.verify_train_games)))
     if not done(f"{MORE_TEACHER}/inline.jsonl"):
         teacher_stage(cfg, work, "teacher-more", f"{MORE_GAMES}/train", MORE_TEACHER)
     sh(*stage(work, "more-sft", "training.sft", SFTRunConfig(

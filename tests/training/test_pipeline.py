@@ -40,8 +40,8 @@ def test_every_stage_runs_from_a_config_file_its_module_reads(tmp_path, monkeypa
     seen: dict[str, list[dict]] = {}
     for module, _, settings in calls:
         seen.setdefault(module, []).append(settings)
-    assert [(g["split"], g["count"]) for g in seen["training.envs.alfworld.generate"]] == [
-        ("train", cfg.train_games), ("valid_seen", cfg.valid_seen_games), ("valid_unseen", None)]
+    assert [(g["split"], g["count"], g["verify"]) for g in seen["training.envs.alfworld.generate"]] == [
+        ("train", cfg.train_games, False), ("valid_seen", cfg.valid_seen_games, True), ("valid_unseen", None, True)]
     teacher = seen["training.teacher"]   # sharded collectors, then one render pass over their files
     assert [t["shard"] for t in teacher[:-1]] == [f"{i}/{cfg.teacher_shards}" for i in range(cfg.teacher_shards)]
     assert not any(t["render_only"] for t in teacher[:-1])
@@ -128,8 +128,8 @@ def test_more_stage_generates_a_second_train_set_and_continues_the_sft_adapter_o
     by_name = {name: s for _, name, s in calls}
     work = Path(cfg.work)
     gen = by_name["generate-more.json"]
-    assert (gen["split"], gen["count"], gen["first"], gen["seed"], gen["out"]) == (
-        "train", cfg.more_plan, 7, cfg.more_seed, pipeline.MORE_GAMES)
+    assert (gen["split"], gen["count"], gen["first"], gen["seed"], gen["out"], gen["verify"]) == (
+        "train", cfg.more_plan, 7, cfg.more_seed, pipeline.MORE_GAMES, False)   # the expert's wins filter them
     assert by_name["teacher-more.json"]["games_dir"] == f"{pipeline.MORE_GAMES}/train"
     assert by_name["teacher-more.json"]["render_only"]
     sft = by_name["more-sft.json"]

@@ -88,3 +88,31 @@ def test_first_games_of_a_plan_then_the_rest_resume_game_by_game(tmp_path):
     reused = {g["game"] for g in whole["games"] if g.get("cached")}
     assert reused == {g["game"] for g in part["games"]}        # the first two were not planned again
     assert generate.generate_split("fixtures", out=tmp_path, count=4, first=2, progress=False).get("cached") is not True
+
+
+def test_unverified_games_skip_the_planner_and_still_play(tmp_path, alf_games):
+    """--no-verify writes each spec's first sample without a walkthrough; the real engine loads and plays it, its
+    manifest says it is unverified, and a verified request does not take it from the cache (nor the reverse)."""
+    from training.envs.alfworld.env import AlfWorldEnv
+
+    assert generate.main(["--split", "fixtures", "--count", "4", "--out", str(tmp_path), "--no-verify"]) == 0
+    manifest = json.loads((tmp_path / "fixtures" / "manifest.json").read_text())
+    assert manifest["verified"] is False and len(manifest["games"]) == 4
+    games = list_games(tmp_path / "fixtures")
+    assert all(not read_game(g)["solvable"] and "walkthrough" not in read_game(g) for g in games)
+    assert all(read_traj(g)["generator"]["attempt"] == 0 for g in games)
+    # the same text as the verified first attempt: only the planner's fields differ
+    name, traj, game = generate.build_game(plan_split("fixtures", count=4)[0], 0)
+    assert read_traj(tmp_path / "fixtures" / name) == traj
+    assert read_game(tmp_path / "fixtures" / name)["pddl_problem"] == game["pddl_problem"]
+    env = AlfWorldEnv(max_steps=5)
+    try:
+        obs = env.reset(games[0])
+        assert obs["observation"] and obs["task"] and obs["admissible_actions"]
+        assert env.step(obs["admissible_actions"][0])["observation"]
+    finally:
+        env.close()
+    assert generate.generate_split("fixtures", out=tmp_path, count=4, progress=False, verify=False)["cached"]
+    verified = generate.generate_split("fixtures", out=tmp_path, count=4, progress=False)
+    assert not verified.get("cached") and verified["verified"] is True
+    assert all(read_game(tmp_path / "fixtures" / g["game"])["solvable"] for g in verified["games"])
