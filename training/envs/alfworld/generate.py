@@ -270,7 +270,8 @@ def generate_split(split: str, out: Path | str | None = None, workers: int | Non
     skipped = sorted((r for r in records if r.get("game") is None), key=lambda r: r["skipped"])
     records = sorted((r for r in records if r.get("game") is not None), key=lambda r: r["game"])
     manifest = {"split": split, "seed": seed, "count": len(specs), "plan_count": len(plan),
-                "version": GENERATOR_VERSION, "verified": verify, "workers": workers, "seconds": round(time.perf_counter() - started, 2),
+                "version": GENERATOR_VERSION, "verified": verify, "workers": workers,
+                "seconds": round(time.perf_counter() - started, 2),
                 "games": records, "skipped": skipped}
     manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
