@@ -99,6 +99,13 @@ class PipelineConfig:
     grpo_max_env_steps: int = field(default=30, metadata={"help": "GRPO environment steps per episode"})
     grpo_lr: float = field(default=1e-4, metadata={"help": "GRPO learning rate"})
     grpo_cost_per_call: float = field(default=0.3, metadata={"help": "GRPO reward's cost per harness call"})
+    grpo_call_credit: float = field(default=0.0, metadata={
+        "help": "GRPO: extra -c advantage on the tokens of every harness-call turn (training.grpo_episodes)"})
+    grpo_loss_norm: str = field(default="token", metadata={
+        "help": "GRPO loss normalisation: token (DAPO) or episode (the original GRPO)"})
+    grpo_lambda_div: float = field(default=1.0, metadata={
+        "help": "GRPO verb-diversity bonus at update 0 (it rewards more verbs; 0 when the point is fewer calls)"})
+    grpo_concurrency: int = field(default=8, metadata={"help": "GRPO rollout episodes in flight"})
     grpo_div_anneal: int = field(default=4, metadata={
         "help": "U of the diversity bonus (the study: 150 updates; a 10-update CPU run needs it inside its horizon "
                 "or the bonus outweighs the cost term)"})
@@ -207,7 +214,10 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
                 base=base, adapter=str(adapter), bank=bank, out=str(work / "grpo"), updates=cfg.grpo_updates,
                 group=cfg.grpo_group, games_per_update=cfg.grpo_games_per_update,
                 max_env_steps=cfg.grpo_max_env_steps, lr=cfg.grpo_lr, threads=cfg.threads,
-                reward=RewardConfig(cost_per_call=cfg.grpo_cost_per_call, div_anneal_updates=cfg.grpo_div_anneal))))
+                call_credit=cfg.grpo_call_credit, loss_norm=cfg.grpo_loss_norm, concurrency=cfg.grpo_concurrency,
+                kv_cache_gib=cfg.eval_kv_cache_gib,
+                reward=RewardConfig(cost_per_call=cfg.grpo_cost_per_call, div_anneal_updates=cfg.grpo_div_anneal,
+                                    lambda_div_max=cfg.grpo_lambda_div))))
         if "export" in cfg.stages:
             sft_policy = work / "sft-policy"
             sh(*stage(work, "export-sft", "training.export", ExportConfig(
