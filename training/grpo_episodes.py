@@ -20,6 +20,10 @@ the one for the pretrained base, where the served prompt is the episode as one g
 3. Advantage. Group-relative per game, ``(R - mean) / (std + eps)``; every policy token of an episode gets its
    episode's advantage. With ``--call-credit c`` the tokens of each harness-call turn get ``-c`` more: the call's
    cost lands on the turn that paid it, not spread over the episode (a departure from the study, off by default).
+   ``--advantage-floor 0`` clips the advantages below at 0: an episode worse than its group then pushes nothing
+   down except its calls (with the credit). Without it, a lost episode pushes down every environment action it took,
+   and in the states where the policy was lost that mass went to ``commit`` (session 12: calls per episode 3.4 ->
+   6.5 in six updates at lr 2e-5 with the credit). Also off by default.
 4. Loss. Each episode's turns chain into one sequence (``training.sft.episodes_of``: a turn continues the sequence
    when its prompt extends it), tokenized once as in SFT; one forward gives the log-probabilities of every policy
    token (logits only at those positions). ``-A_t * log p_t`` averaged over the batch's policy tokens
@@ -80,6 +84,9 @@ class EpisodeGRPOConfig:
         "help": "per-turn credit of the call cost: the tokens of each harness-call turn get -call_credit on top of "
                 "their episode's group advantage (the cost credited to the turn that paid it, where the episode "
                 "advantage spreads it over every token); 0 = the study's episode-level advantage only"})
+    advantage_floor: float | None = field(default=None, metadata={
+        "help": "clip every episode advantage from below at this value (0: only better-than-group episodes are "
+                "reinforced; a worse one's calls still carry their --call-credit). Off by default"})
     loss_norm: str = field(default="token", metadata={
         "help": "token: the mean over every policy token of the batch (DAPO; long episodes weigh more); episode: "
                 "each episode's tokens averaged first, then the mean over episodes (the original GRPO)",
@@ -170,6 +177,15 @@ class Rollouts:
 
 
 # ------------------------------------------------------------------------------------------------ loss
+def group_advantages(rewards: list[float], group: int, floor: float | None = None) -> list[float]:
+    """Group-relative advantages of consecutive groups of ``group`` episodes (one game each), clipped below at
+    ``floor`` when given."""
+    out = []
+    for i in range(0, len(rewards), group):
+        out += advantages(rewards[i:i + group])
+    return out if floor is None else [max(a, floor) for a in out]
+
+
 def sequences(episodes: list[dict], tok, max_length: int, call_credit: float = 0.0) -> list[dict]:
     """Each episode's rows chained into sequences and tokenized as SFT does. Every policy token carries its
     advantage (``token_advantage``, aligned with the tokens): the episode's, minus ``call_credit`` on the tokens of a
@@ -240,6 +256,7 @@ def summarize(update: int, episodes: list[dict], started: float, **extra) -> dic
             "steps_per_episode": round(sum(e["steps"] for e in episodes) / n, 1),
             "tokens_per_episode": round(sum(e["tokens"] for e in episodes) / n, 1),
             "models": sorted({m for e in episodes for m in e["models"]}),   # the adapter(s) that played them
+            "won_calls": [[int(e["won"]), len(e["calls"])] for e in episodes],  # per episode, in group order
             **extra, "seconds": round(time.perf_counter() - started, 1)}
 
 
@@ -307,10 +324,9 @@ def run(cfg: EpisodeGRPOConfig) -> list[dict]:
             rollout_s = round(time.perf_counter() - started, 1)
             for ep in episodes:
                 ep["reward"] = episode_reward(ep, update, cfg.reward)
-            for i in range(0, len(episodes), cfg.group):
-                group = episodes[i:i + cfg.group]
-                for ep, adv in zip(group, advantages([e["reward"]["total"] for e in group])):
-                    ep["advantage"] = adv
+            for ep, adv in zip(episodes, group_advantages([e["reward"]["total"] for e in episodes], cfg.group,
+                                                          cfg.advantage_floor)):
+                ep["advantage"] = adv
             # an episode whose group tied has no episode advantage, but its calls still carry their credit
             seqs = sequences([e for e in episodes if e["advantage"] != 0.0 or (cfg.call_credit and e["calls"])],
                              tok, cfg.max_length, cfg.call_credit)

@@ -95,6 +95,17 @@ def test_call_credit_lowers_only_the_call_turns_tokens_and_a_step_makes_the_call
     assert _logp(model, call_only) < before
 
 
+def test_advantages_are_relative_to_each_game_group_and_the_floor_keeps_only_the_better_episodes():
+    from training.grpo_episodes import group_advantages
+
+    rewards = [10.0, 9.0, 0.0, 10.5, 1.0, 1.0, 1.0, 1.0]      # two games of four episodes
+    adv = group_advantages(rewards, 4)
+    assert sum(adv[:4]) == pytest.approx(0.0) and adv[2] < 0 < adv[3]
+    assert adv[4:] == [0.0] * 4                                 # a tied group teaches nothing
+    floored = group_advantages(rewards, 4, floor=0.0)
+    assert floored[2] == 0.0 and floored[3] == adv[3] and min(floored) == 0.0
+
+
 def test_loss_weights_are_per_token_or_per_episode():
     from training.grpo_episodes import token_weights
 
