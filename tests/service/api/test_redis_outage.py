@@ -78,3 +78,30 @@ async def test_redis_that_stops_answering_gives_503_in_time(monkeypatch):
     finally:
         os.kill(redis.proc.pid, signal.SIGCONT)
         redis.stop()
+
+
+async def test_metrics_do_not_wait_on_a_hung_redis():
+    """/metrics reads the active-sessions count from Redis, but within ACTIVE_COUNT_BUDGET_S: with Redis hung
+    (SIGSTOP; a command would wait REDIS_SOCKET_TIMEOUT_S = 5 s per attempt, four attempts) a scraper with a short
+    timeout still gets its scrape, and the gauge keeps its last value."""
+    from service.api.routes import health
+
+    redis = EmbeddedRedis().start()
+    try:
+        settings = make_settings(redis.url, engine="scripted")
+        app = create_app(settings, engine=ScriptedEngine(["<think>t</think><action>look</action>"]))
+        async with Client(app) as c:
+            for _ in range(2):
+                assert (await c.post("/v1/sessions", json={"task": "t"})).status_code == 201
+            assert "evoharness_active_sessions 2.0" in (await c.get("/metrics")).text
+
+            os.kill(redis.proc.pid, signal.SIGSTOP)
+            t = time.monotonic()
+            scrape = await c.get("/metrics")
+            took = time.monotonic() - t
+            assert scrape.status_code == 200
+            assert "evoharness_active_sessions 2.0" in scrape.text
+            assert took < app_module.REDIS_SOCKET_TIMEOUT_S / 2, (took, health.ACTIVE_COUNT_BUDGET_S)
+    finally:
+        os.kill(redis.proc.pid, signal.SIGCONT)
+        redis.stop()
