@@ -35,6 +35,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -63,7 +64,18 @@ def _key(tenant: str, role: str) -> str:
 
 def key_records() -> list[dict]:
     return [{"id": f"{t}-{r}", "role": r, "tenant": t, "sha256": hash_key(_key(t, r))}
-            for t in TENANTS for r in ("agent", "auditor")]
+            for t in TENANTS for r in ("agent", "auditor")] + [
+        {"id": "ops", "role": "ops", "tenant": TENANTS[0], "sha256": hash_key(_key(TENANTS[0], "ops"))}]
+
+
+async def lease_takeovers(urls: list[str]) -> int:
+    """evoharness_lease_takeovers_total summed over the live replicas (their /metrics, with the ops key)."""
+    total = 0
+    async with httpx.AsyncClient(timeout=30, headers={"Authorization": f"Bearer {_key(TENANTS[0], 'ops')}"}) as http:
+        for url in urls:
+            text = (await http.get(f"{url}/metrics")).raise_for_status().text
+            total += sum(int(float(v)) for v in re.findall(r"^evoharness_lease_takeovers_total (\S+)$", text, re.M))
+    return total
 
 
 def _wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float) -> None:
@@ -427,6 +439,8 @@ async def run(args) -> dict:
         lease["EVOHARNESS_LEASE_HEARTBEAT_MS"] = str(args.heartbeat_ms)
     if args.max_running_steps is not None:
         lease["EVOHARNESS_MAX_RUNNING_STEPS"] = str(args.max_running_steps)
+    if args.lease_takeover is not None:
+        lease["EVOHARNESS_LEASE_TAKEOVER"] = args.lease_takeover
     stack = Stack(model, workdir, replicas=args.replicas,
                   engine_urls=args.engine_url or None, service_env=lease).start()
     try:
@@ -463,6 +477,7 @@ async def load(stack: Stack, clients: int, steps: int, *, restart: bool = True, 
         done.set()
         reaped = await killer
         failover = failover_report(tally, reaped, stack.urls[kill_index], recovery_target_s)
+        failover["lease_takeovers"] = await lease_takeovers(stack.live_urls())   # leases taken from the dead one
     check = await verify(stack.live_urls(), results, steps)
     fault = ("redis restart (SIGTERM, AOF)" if restart else
              f"replica {kill_index} SIGKILLed (process group) after {tally.kill_at} steps" if kill else "none")
@@ -527,6 +542,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="the replicas' EVOHARNESS_LEASE_HEARTBEAT_MS (default: a third of the lease)")
     p.add_argument("--max-running-steps", type=int, default=None,
                    help="the replicas' EVOHARNESS_MAX_RUNNING_STEPS (default: the service's, 16; 0 = no line)")
+    p.add_argument("--lease-takeover", choices=["true", "false"], default=None,
+                   help="the replicas' EVOHARNESS_LEASE_TAKEOVER (default: the service's, true: a dead replica's "
+                        "leases are taken at once; false: they lapse after the lease)")
     p.add_argument("--budget-s", type=float, default=6 * 3600, help="per-client time budget")
     p.add_argument("--workdir", default=None)
     p.add_argument("--json", type=Path, default=None)

@@ -36,6 +36,8 @@ ADMISSION_WAITING = Gauge("evoharness_admission_waiting", "Steps waiting for a s
 ADMISSION_WAIT = Histogram("evoharness_admission_wait_seconds", "Seconds a step waited for its slot, by class "
                            "(urgent: its session was just refused 409 busy here, e.g. the retry after a failover)",
                            ["klass"], buckets=(0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+LEASE_TAKEOVERS = Counter("evoharness_lease_takeovers", "Step leases taken at once from a replica process that died "
+                          "mid-step (service/store/presence.py)")
 ERRORS = Counter("evoharness_http_errors", "Error responses by status", ["status"])
 
 POSITION_BUCKETS = ((0, 4, "0-4"), (5, 9, "5-9"), (10, 19, "10-19"), (20, 39, "20-39"), (40, 79, "40-79"))

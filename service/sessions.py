@@ -175,8 +175,12 @@ class SessionService:
                 metrics.STEPS.labels("conflict").inc()
                 self._busy.mark(sid)
                 raise in_progress(held, "another step of this session is running")
+            if held.loaded.took_over:          # its last step died with its replica: this is that step's retry
+                metrics.LEASE_TAKEOVERS.inc()
             try:
-                async with self.admission.slot(self._busy.pop(sid), self.settings.admission_timeout_s):
+                # a step retried after its replica died goes ahead of new ones (a 409 before, or a lease taken over)
+                urgent = self._busy.pop(sid) or held.loaded.took_over
+                async with self.admission.slot(urgent, self.settings.admission_timeout_s):
                     decided = await self._run_policy(call, held.loaded)
             except AdmissionTimeout as e:
                 metrics.STEPS.labels("overloaded").inc()

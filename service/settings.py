@@ -60,6 +60,9 @@ class Settings(BaseSettings):
     lease_heartbeat_ms: int = Field(None, gt=0, validate_default=False,
                                     description="how often a held lease is renewed; unset = step_lease_ms / 3; "
                                                 "must be shorter than the lease")
+    lease_takeover: bool = Field(True, description="take a step lease at once when the replica process holding it "
+                                 "has died (its Redis Pub/Sub presence is gone) instead of after the lease lapses; "
+                                 "off: wait for the lapse. Not on Redis Cluster (service/store/presence.py)")
 
     # engine
     engine: str = Field("vllm", description="vllm (in-process AsyncLLM) | remote (vLLM servers over HTTP) | scripted")

@@ -18,6 +18,7 @@ from service.rate_limit import RateLimiter
 from service.sessions import SessionService
 from service.settings import Settings, model_context_len
 from service.store.docs import DocStore
+from service.store.presence import Presence
 
 log = logging.getLogger("evoharness")
 
@@ -118,14 +119,19 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         r = connect_redis(settings)
         eng = engine or build_engine(settings)
         await eng.start()
-        bank_docs = DocStore(r, settings.namespace, "b")
+        # this process's presence: a replica that dies frees its leases at once (not on Redis Cluster)
+        presence = Presence(r, settings.namespace) if settings.lease_takeover and not settings.redis_cluster else None
+        if presence is not None:
+            await presence.start()
+        bank_docs = DocStore(r, settings.namespace, "b", presence=presence)
         app.state.banks = BankService(bank_docs, cap=settings.bank_cap, lease_ms=settings.step_lease_ms, engine=eng,
                                       heartbeat_ms=settings.lease_heartbeat_ms, seed=bank_seed,
                                       # JSON costs more tokens per character than prose: 60 % of a step's bound
                                       evolver_chars=int(0.6 * transcript_chars_for(context)))
         app.state.rate_limiter = (RateLimiter(r, settings.namespace, settings.rate_limit, settings.rate_window_s)
                                   if settings.rate_limit > 0 else None)
-        session_docs = DocStore(r, settings.namespace, "s", live_index="active")  # {ns}:active: live sessions
+        session_docs = DocStore(r, settings.namespace, "s", live_index="active",  # {ns}:active: live sessions
+                                presence=presence)
         app.state.sessions = SessionService(settings, session_docs, app.state.banks, eng,
                                             limiter=app.state.rate_limiter)
         log.info("evoharness ready: engine=%s model=%s", settings.engine, eng.model_id)
@@ -134,6 +140,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         finally:
             if engine is None:
                 await eng.close()
+            if presence is not None:
+                await presence.close()
             await r.aclose()
 
     app = FastAPI(

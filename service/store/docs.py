@@ -46,6 +46,7 @@ from redis.exceptions import NoScriptError, RedisError
 
 from service.rate_limit import COUNT_LUA
 from service.store import codec
+from service.store.presence import Presence
 
 log = logging.getLogger("evoharness")
 _COMMIT = r"""
@@ -116,7 +117,8 @@ return {st, redis.call('HGETALL', KEYS[2])}
 
 _BEGIN = r"""
 -- KEYS: state, meta, lock, idem[, peek][, counter]
--- ARGV: token, lease_ms, check_idem (0/1), peek (0/1), counter limit, counter window ms ('' = no counter)
+-- ARGV: token, lease_ms, check_idem (0/1), peek (0/1), counter limit, counter window ms ('' = no counter),
+--       presence channel prefix ('' = no presence), this writer's presence id
 if ARGV[6] ~= '' then
   local rk, window = KEYS[#KEYS], tonumber(ARGV[6])
 """ + COUNT_LUA + r"""
@@ -128,11 +130,19 @@ if ARGV[3] == '1' then
   local stored = redis.call('GET', KEYS[4])
   if stored then return {'replay', stored, meta} end
 end
+local ok = 'ok'
 if not redis.call('SET', KEYS[3], ARGV[1], 'NX', 'PX', tonumber(ARGV[2])) then
-  return {'busy', meta, redis.call('PTTL', KEYS[3])}
+  -- held: by a process that is gone (its presence channel has no subscriber), take it over (service/store/presence.py)
+  local holder = ARGV[7] ~= '' and string.match(redis.call('GET', KEYS[3]), '^(%x+)%.')
+  if holder and holder ~= ARGV[8] and redis.call('PUBSUB', 'NUMSUB', ARGV[7] .. holder)[2] == 0 then
+    redis.call('SET', KEYS[3], ARGV[1], 'PX', tonumber(ARGV[2]))
+    ok = 'took'
+  else
+    return {'busy', meta, redis.call('PTTL', KEYS[3])}
+  end
 end
-if ARGV[4] == '1' then return {'ok', redis.call('GET', KEYS[1]), meta, redis.call('HMGET', KEYS[5], 'version', 'created_at')} end
-return {'ok', redis.call('GET', KEYS[1]), meta}
+if ARGV[4] == '1' then return {ok, redis.call('GET', KEYS[1]), meta, redis.call('HMGET', KEYS[5], 'version', 'created_at')} end
+return {ok, redis.call('GET', KEYS[1]), meta}
 """
 
 _RELEASE = r"""
@@ -168,6 +178,7 @@ class Loaded:
     version: int
     meta: dict
     peek: list | None = None  # begin(peek=...): [version, created_at] of another document, read atomically with it
+    took_over: bool = False   # begin: the lease was taken from a writer that is gone (see DocStore's `presence`)
 
 
 def _now() -> str:
@@ -178,10 +189,16 @@ class DocStore:
     """One kind of document ("s" for sessions, "b" for banks) under a namespace.
 
     `live_index`: the name of a sorted set `{namespace}:{live_index}` of this store's live documents, each scored by
-    the time it expires (`set_live`, `drop_live`, `count_live`); None: no index."""
+    the time it expires (`set_live`, `drop_live`, `count_live`); None: no index.
 
-    def __init__(self, redis: Redis, namespace: str, kind: str, live_index: str | None = None):
+    `presence`: this process's `Presence` (service/store/presence.py): its lease tokens carry the process's id, and
+    a lease held by a process that died is taken over at once (`begin` answers "ok" with `took_over`); None: leases
+    are taken only once they lapse. Not on Redis Cluster."""
+
+    def __init__(self, redis: Redis, namespace: str, kind: str, live_index: str | None = None,
+                 presence: Presence | None = None):
         self.r = redis
+        self.presence = presence
         self.ns = namespace
         self.kind = kind
         self.live_key = f"{namespace}:{live_index}" if live_index is not None else None
@@ -281,20 +298,26 @@ class DocStore:
         `count`: (counter key, limit, window ms) of a rate limit (service/rate_limit.py), counted first in the same
         script; over the limit the answer is "limited" and nothing else is read or written (no lease). Only where
         `can_peek`, for the same reason; elsewhere it is an error (count with RateLimiter.hit first)."""
-        token = os.urandom(16).hex()  # as uuid4().hex: 128 random bits
+        presence = self.presence
+        token = presence.token() if presence is not None else os.urandom(16).hex()  # 128 random bits
         keys = [self.key(doc_id, "state"), self.key(doc_id, "meta"), self.key(doc_id, "lock"),
                 self.key(doc_id, f"idem:{idem_key or '_'}")]
         peeking = peek is not None and self.can_peek
         if peeking:
             keys.append(peek)
-        args = [token, lease_ms, "1" if idem_key else "0", "1" if peeking else "0", "", ""]
+        args = [token, lease_ms, "1" if idem_key else "0", "1" if peeking else "0", "", "",
+                presence.prefix if presence is not None else "", presence.id if presence is not None else ""]
         if count is not None:
             if not self.can_peek:
                 raise ValueError("a rate-limit counter is in another slot: count it separately on Redis Cluster")
             keys.append(count[0])
-            args[4:] = count[1], count[2]
+            args[4:6] = count[1], count[2]
         res = await self._run(self._begin, keys=keys, args=args)
         status = _s(res[0])
+        took_over = status == "took"
+        if took_over:
+            status = "ok"
+            log.info("lease %s: taken over from a writer that is gone", doc_id)
         if status == "limited":
             return "limited", {}, (int(res[1]), int(res[2]))
         if status == "gone":
@@ -310,7 +333,7 @@ class DocStore:
         if status == "busy":
             return "busy", meta, max(int(res[2]), 0) if len(res) > 2 else 0
         peeked = [None if x is None else _s(x) for x in res[3]] if len(res) > 3 else None
-        return "ok", meta, (Loaded(codec.loads(res[1]), int(meta["version"]), meta, peeked), token)
+        return "ok", meta, (Loaded(codec.loads(res[1]), int(meta["version"]), meta, peeked, took_over), token)
 
     def lease(self, doc_id: str, lease_ms: int, idem_key: str | None = None, peek: str | None = None,
               count: tuple[str, int, int] | None = None, heartbeat_ms: int | None = None) -> Lease:

@@ -116,15 +116,17 @@ async def test_a_lapsed_lease_is_not_taken_back_by_its_heartbeat(store):
     assert (await store.load("d")).version == 0
 
 
-def _holder(redis_url, ns, lease_ms, heartbeat_ms):
-    proc = subprocess.Popen([sys.executable, str(HOLDER), redis_url, ns, "d", str(lease_ms), str(heartbeat_ms)],
+def holder(redis_url, ns, lease_ms, heartbeat_ms, presence=False):
+    """A lease_holder.py process holding document "d": (the process, its lease token)."""
+    proc = subprocess.Popen([sys.executable, str(HOLDER), redis_url, ns, "d", str(lease_ms), str(heartbeat_ms),
+                             *(["presence"] if presence else [])],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline().split()
     assert line[:1] == ["held"], line
     return proc, line[1]
 
 
-async def _busy_for(store, seconds):
+async def busy_for(store, seconds):
     t_end = time.monotonic() + seconds
     while time.monotonic() < t_end:
         async with store.lease("d", 600) as probe:
@@ -136,9 +138,9 @@ async def test_a_writer_that_dies_frees_the_document_within_the_lease(store, red
     """Another process holds the lease; its heartbeat keeps it past several leases; SIGKILL it, and this process
     takes the document within the lease time (here 600 ms; the service's default is 3 s)."""
     await store.create("d", {"n": 0}, {})
-    proc, _ = await asyncio.to_thread(_holder, redis_url, store.ns, 600, 200)
+    proc, _ = await asyncio.to_thread(holder, redis_url, store.ns, 600, 200)
     try:
-        await _busy_for(store, 1.5)                               # 2.5 leases: renewed from the other process
+        await busy_for(store, 1.5)                               # 2.5 leases: renewed from the other process
         proc.send_signal(signal.SIGKILL)
         await asyncio.to_thread(proc.wait)
         t_kill = time.monotonic()
@@ -162,9 +164,9 @@ async def test_a_stalled_process_does_not_commit_after_another_took_over(store, 
     and let it commit while this process still holds the lease: refused by the lease fence (the version has not
     moved), its exit leaves this lease alone, and this process then commits."""
     await store.create("d", {"n": 0}, {})
-    proc, token = await asyncio.to_thread(_holder, redis_url, store.ns, 400, 130)
+    proc, token = await asyncio.to_thread(holder, redis_url, store.ns, 400, 130)
     try:
-        await _busy_for(store, 0.8)
+        await busy_for(store, 0.8)
         os.kill(proc.pid, signal.SIGSTOP)
         await asyncio.sleep(0.7)
         async with store.lease("d", 400, heartbeat_ms=130) as held:
