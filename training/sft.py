@@ -156,8 +156,23 @@ def select_sources(eps: list[dict], shares: dict, seed: int = 0, dagger_cap: int
     return [e for e in eps if rnd.random() < float(shares.get(e["source"], 0.0))]
 
 
+def _score_loss_positions_only() -> None:
+    """Departure from TRL's defaults: its fused LM head (``trl.trainer.utils.add_fused_lm_head``) scores only the
+    positions that carry a label on Triton devices, and every position elsewhere, because on fixed-shape devices a
+    varying count of positions means a recompile. A CPU runs eager, so there is nothing to recompile, and here only
+    the policy's turns carry labels (about 29 % of an episode's tokens): scoring those alone skips most of the 49k-way
+    vocabulary projection, forward and backward, and gives the same loss."""
+    import torch
+    from trl.trainer import utils as trl_utils
+
+    if not torch.cuda.is_available() and hasattr(trl_utils, "_use_triton"):
+        trl_utils._use_triton = lambda device: True   # read only by the fused head's `compact` choice
+
+
 def _trainer(cfg: SFTRunConfig, model, tok, data, out: Path, steps: int, peft_config=None):
     from trl import SFTConfig, SFTTrainer
+
+    _score_loss_positions_only()
 
     args = SFTConfig(output_dir=str(out), max_steps=steps, learning_rate=cfg.lr, per_device_train_batch_size=1,
                      gradient_accumulation_steps=cfg.batch, max_length=cfg.max_length, warmup_steps=cfg.warmup,
