@@ -244,6 +244,7 @@ class Tally:
     back_after: dict = field(default_factory=dict)     # client -> (s from the kill to its first answered step,
     #                                                    s from the kill to when that attempt was sent)
     after_kill: dict = field(default_factory=dict)     # retries by status after the kill
+    answered: list = field(default_factory=list)       # (monotonic time answered, s since its first attempt) per step
 
 
 def observation(client: int, step: int) -> str:
@@ -274,6 +275,7 @@ async def run_client(i: int, urls: list[str], steps: int, tally: Tally, done: as
             body = {"observation": observation(i, k), "admissible_actions": ADMISSIBLE}
             idem = f"c{i}-s{k}"
             attempt = 0
+            first_t = time.monotonic()
             while True:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"client {i} step {k}: over the time budget")
@@ -294,6 +296,7 @@ async def run_client(i: int, urls: list[str], steps: int, tally: Tally, done: as
                 if status == 200:
                     versions.append(r.json()["version"])
                     tally.ok += 1
+                    tally.answered.append((time.monotonic(), time.monotonic() - first_t))
                     if progress is not None:
                         progress[i] = len(versions)
                     if tally.kill_t is not None and i not in tally.back_after:
@@ -507,6 +510,9 @@ def failover_report(tally: Tally, reaped: dict, url: str, target_s: float) -> di
     def stats(xs: list[float]) -> dict:
         return {"max": round(xs[-1], 2), "median": round(xs[len(xs) // 2], 2)} if xs else {}
 
+    # what a step took before the fault, at the same load: the floor under any recovery time
+    before = sorted(s for t, s in tally.answered if t < tally.kill_t)
+
     return {
         "killed": url, **reaped,
         "steps_before_kill": tally.kill_at,
@@ -516,6 +522,8 @@ def failover_report(tally: Tally, reaped: dict, url: str, target_s: float) -> di
         "recovery_s_each": [round(x, 2) for x in rec],
         "retry_sent_s": stats(sent),
         "recovery_target_s": target_s,
+        "step_s_before_kill": {**stats(before), "p90": round(before[int(0.9 * (len(before) - 1))], 2)} if before
+        else {},
         "sessions_waiting_at_kill": len(tally.waiting),
         "all_stepped_again_s_max": round(everyone[-1], 2) if everyone else None,
         "retries_after_kill": tally.after_kill,
