@@ -31,7 +31,8 @@ the one for the pretrained base, where the served prompt is the episode as one g
    weighs what a short win does); one optimizer step per update on fresh on-policy samples (PPO ratio 1, so no
    clipping).
 
-Where it departs from the study: no KL term (beta 0, as DAPO and TRL's default; the study used 0.01), a few updates
+Where it departs from the study: no KL term by default (beta 0, as DAPO and TRL's default; the study used 0.01;
+``--kl-beta`` adds it, to the adapter the run started from), a few updates
 of a few games instead of 150 x 16 x 8, a cost per call that is large enough to act within that horizon, and the
 verb-diversity bonus annealed over 4 updates instead of 150. The adapter's layers are the only trainable weights.
 The policy tokens are re-tokenized from the sampled text (what SFT trains on), not vLLM's own token ids.
@@ -87,6 +88,10 @@ class EpisodeGRPOConfig:
     advantage_floor: float | None = field(default=None, metadata={
         "help": "clip every episode advantage from below at this value (0: only better-than-group episodes are "
                 "reinforced; a worse one's calls still carry their --call-credit). Off by default"})
+    kl_beta: float = field(default=0.0, metadata={
+        "help": "weight of a per-token KL penalty (k3 estimator) to the adapter GRPO started from, the SFT policy: "
+                "it holds the environment actions near SFT's while the cost term moves the calls (the study: "
+                "0.01); one extra forward per sequence. 0 = off"})
     loss_norm: str = field(default="token", metadata={
         "help": "token: the mean over every policy token of the batch (DAPO; long episodes weigh more); episode: "
                 "each episode's tokens averaged first, then the mean over episodes (the original GRPO)",
@@ -216,13 +221,20 @@ def token_weights(seqs: list[dict], norm: str) -> list[float]:
     return [1.0 / (n * counts[s["episode"]]) if counts[s["episode"]] else 0.0 for s in seqs]
 
 
-def policy_gradient_step(model, seqs: list[dict], bf16: bool, norm: str = "token") -> float:
-    """Accumulate ``-A_t * log p_t`` over every policy token, weighted by ``token_weights``; returns the loss."""
+def policy_gradient_step(model, seqs: list[dict], bf16: bool, norm: str = "token", kl_beta: float = 0.0,
+                         reference: list | None = None, stats: dict | None = None) -> float:
+    """Accumulate ``-A_t * log p_t`` over every policy token, weighted by ``token_weights``; returns the loss.
+
+    With ``kl_beta`` > 0, each token also carries ``kl_beta * k3``, ``k3 = exp(q - p) - (q - p) - 1`` with ``p`` the
+    current and ``q`` the reference log-probability (Schulman's unbiased, always positive estimator of
+    KL(current || reference)); ``reference`` holds the reference values of the trainable tensors, in
+    ``model.parameters()`` order, swapped in for a no-grad forward (:func:`reference_logprobs`). ``stats`` gets the
+    mean k3 per policy token (``kl``)."""
     import contextlib
 
     import torch
 
-    loss_sum = 0.0
+    loss_sum, kl_sum, kl_tokens = 0.0, 0.0, 0
     for s, w in zip(seqs, token_weights(seqs, norm)):
         ids = torch.tensor([s["input_ids"]])
         mask = torch.tensor(s["completion_mask"], dtype=torch.bool)
@@ -235,10 +247,49 @@ def policy_gradient_step(model, seqs: list[dict], bf16: bool, norm: str = "token
         with ctx:
             logits = model(input_ids=ids, logits_to_keep=targets - 1).logits[0].float()
         logp = torch.log_softmax(logits, -1).gather(1, ids[0, targets][:, None])[:, 0]
-        term = -(adv * logp).sum() * w
+        per_token = -adv * logp
+        if kl_beta:
+            diff = reference_logprobs(model, reference, ids, targets, bf16) - logp
+            k3 = torch.exp(diff) - diff - 1
+            per_token = per_token + kl_beta * k3
+            kl_sum += float(k3.detach().sum())
+            kl_tokens += len(targets)
+        term = per_token.sum() * w
         term.backward()
         loss_sum += float(term.detach())
+    if stats is not None and kl_beta:
+        stats["kl"] = kl_sum / max(1, kl_tokens)
     return loss_sum
+
+
+def trainable_snapshot(model) -> list:
+    """Copies of the trainable tensors (the reference policy of the KL term)."""
+    return [p.detach().clone() for p in model.parameters() if p.requires_grad]
+
+
+def _swap(params: list, reference: list) -> None:
+    for p, r in zip(params, reference):
+        p.data, r.data = r.data, p.data
+
+
+def reference_logprobs(model, reference: list, ids, targets, bf16: bool):
+    """Log-probabilities of ``ids`` at ``targets`` under the reference weights: they are swapped into the trainable
+    tensors for one no-grad forward, then swapped back."""
+    import contextlib
+
+    import torch
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    assert len(params) == len(reference), "the reference holds one tensor per trainable tensor"
+    ctx = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+    with torch.no_grad():
+        _swap(params, reference)
+        try:
+            with ctx:
+                logits = model(input_ids=ids, logits_to_keep=targets - 1).logits[0].float()
+        finally:
+            _swap(params, reference)
+    return torch.log_softmax(logits, -1).gather(1, ids[0, targets][:, None])[:, 0]
 
 
 # ------------------------------------------------------------------------------------------------ loop
@@ -295,6 +346,12 @@ def run(cfg: EpisodeGRPOConfig) -> list[dict]:
     model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
     model = PeftModel.from_pretrained(model, str(current), is_trainable=True)
     params = [p for p in model.parameters() if p.requires_grad]
+    reference = None            # the KL term's reference: the adapter the run started from (u0), also on a resume
+    if cfg.kl_beta:
+        start_model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32),
+                                                str(out / "adapters" / "u0"), is_trainable=True)
+        reference = trainable_snapshot(start_model)
+        del start_model
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     bf16 = cpu_has_bf16()
 
@@ -333,7 +390,8 @@ def run(cfg: EpisodeGRPOConfig) -> list[dict]:
             tick = time.perf_counter()
             model.train()
             opt.zero_grad()
-            loss = policy_gradient_step(model, seqs, bf16, cfg.loss_norm)
+            stats: dict = {}
+            loss = policy_gradient_step(model, seqs, bf16, cfg.loss_norm, cfg.kl_beta, reference, stats)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
             opt.step()
             model.eval()
@@ -355,6 +413,7 @@ def run(cfg: EpisodeGRPOConfig) -> list[dict]:
             bank, _ = consolidate(bank, evidence, update + 1)
             (out / "bank.json").write_text(json.dumps(bank, indent=1))
             row = summarize(update, episodes, started, loss=round(loss, 5), grad_norm=round(grad_norm, 4),
+                            **{k: round(v, 5) for k, v in stats.items()},
                             sequences=len(seqs), policy_tokens=sum(sum(s["completion_mask"]) for s in seqs),
                             rollout_seconds=rollout_s, update_seconds=update_s)
             log.append(row)

@@ -101,6 +101,10 @@ class PipelineConfig:
     grpo_cost_per_call: float = field(default=0.3, metadata={"help": "GRPO reward's cost per harness call"})
     grpo_call_credit: float = field(default=0.0, metadata={
         "help": "GRPO: extra -c advantage on the tokens of every harness-call turn (training.grpo_episodes)"})
+    grpo_advantage_floor: float | None = field(default=None, metadata={
+        "help": "GRPO: clip episode advantages below at this value (training.grpo_episodes --advantage-floor)"})
+    grpo_kl_beta: float = field(default=0.0, metadata={
+        "help": "GRPO: per-token KL penalty to the SFT adapter (training.grpo_episodes --kl-beta)"})
     grpo_loss_norm: str = field(default="token", metadata={
         "help": "GRPO loss normalisation: token (DAPO) or episode (the original GRPO)"})
     grpo_lambda_div: float = field(default=1.0, metadata={
@@ -215,6 +219,7 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
                 group=cfg.grpo_group, games_per_update=cfg.grpo_games_per_update,
                 max_env_steps=cfg.grpo_max_env_steps, lr=cfg.grpo_lr, threads=cfg.threads,
                 call_credit=cfg.grpo_call_credit, loss_norm=cfg.grpo_loss_norm, concurrency=cfg.grpo_concurrency,
+                advantage_floor=cfg.grpo_advantage_floor, kl_beta=cfg.grpo_kl_beta,
                 kv_cache_gib=cfg.eval_kv_cache_gib,
                 reward=RewardConfig(cost_per_call=cfg.grpo_cost_per_call, div_anneal_updates=cfg.grpo_div_anneal,
                                     lambda_div_max=cfg.grpo_lambda_div))))

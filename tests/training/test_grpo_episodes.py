@@ -118,6 +118,45 @@ def test_loss_weights_are_per_token_or_per_episode():
     assert per_episode == pytest.approx([0.5, 0.5])       # a long episode weighs what a short one does
 
 
+def test_the_kl_term_is_zero_at_the_reference_and_pulls_a_moved_adapter_back(tiny_model):
+    import torch
+
+    from training.grpo_episodes import policy_gradient_step, sequences, trainable_snapshot
+
+    model, tok = _lora(tiny_model)
+    params = [p for p in model.parameters() if p.requires_grad]
+    with torch.no_grad():                       # LoRA's B starts at zero: give the reference adapter some effect
+        for p in params:
+            p.add_(torch.randn_like(p) * 0.05)
+    reference = trainable_snapshot(model)
+    (seq,) = sequences([{"rows": _episode_rows(), "advantage": 0.0}], tok, 4096)
+
+    stats: dict = {}
+    model.zero_grad()
+    loss = policy_gradient_step(model, [seq], bf16=False, kl_beta=1.0, reference=reference, stats=stats)
+    assert loss == pytest.approx(0.0, abs=1e-6) and stats["kl"] == pytest.approx(0.0, abs=1e-6)
+    assert max(float(p.grad.abs().max()) for p in params) < 1e-5
+
+    at_reference = _logp(model, seq)
+    with torch.no_grad():                       # move the adapter away, as updates would
+        for p in params:
+            p.add_(torch.randn_like(p) * 0.2)
+    moved = _logp(model, seq)
+    assert abs(moved - at_reference) > 0.1
+    snapshot = [r.clone() for r in reference]
+    opt = torch.optim.SGD(params, lr=0.5)
+    gaps = []
+    for _ in range(5):
+        opt.zero_grad()
+        stats = {}
+        policy_gradient_step(model, [seq], bf16=False, kl_beta=1.0, reference=reference, stats=stats)
+        gaps.append(stats["kl"])
+        opt.step()
+    assert gaps[0] > 1e-3 and gaps[-1] < gaps[0]              # the penalty alone brings the policy back
+    assert abs(_logp(model, seq) - at_reference) < abs(moved - at_reference)
+    assert all(torch.equal(r, s) for r, s in zip(reference, snapshot))   # the swaps leave the reference as it was
+
+
 @pytest.mark.parametrize("rollout_engine", ["lora", "merged"])
 def test_two_updates_play_through_vllm_the_second_on_the_first_ones_weights(tiny_model, tiny_lora, tmp_path,
                                                                              rollout_engine):
