@@ -105,6 +105,8 @@ class PipelineConfig:
         "help": "GRPO: clip episode advantages below at this value (training.grpo_episodes --advantage-floor)"})
     grpo_kl_beta: float = field(default=0.0, metadata={
         "help": "GRPO: per-token KL penalty to the SFT adapter (training.grpo_episodes --kl-beta)"})
+    grpo_pg_turns: str = field(default="all", metadata={
+        "help": "GRPO: all, or calls (policy gradient on harness-call turns only; training.grpo_episodes --pg-turns)"})
     grpo_loss_norm: str = field(default="token", metadata={
         "help": "GRPO loss normalisation: token (DAPO) or episode (the original GRPO)"})
     grpo_lambda_div: float = field(default=1.0, metadata={
@@ -219,7 +221,7 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
                 group=cfg.grpo_group, games_per_update=cfg.grpo_games_per_update,
                 max_env_steps=cfg.grpo_max_env_steps, lr=cfg.grpo_lr, threads=cfg.threads,
                 call_credit=cfg.grpo_call_credit, loss_norm=cfg.grpo_loss_norm, concurrency=cfg.grpo_concurrency,
-                advantage_floor=cfg.grpo_advantage_floor, kl_beta=cfg.grpo_kl_beta,
+                advantage_floor=cfg.grpo_advantage_floor, kl_beta=cfg.grpo_kl_beta, pg_turns=cfg.grpo_pg_turns,
                 kv_cache_gib=cfg.eval_kv_cache_gib,
                 reward=RewardConfig(cost_per_call=cfg.grpo_cost_per_call, div_anneal_updates=cfg.grpo_div_anneal,
                                     lambda_div_max=cfg.grpo_lambda_div))))

@@ -95,6 +95,34 @@ def test_call_credit_lowers_only_the_call_turns_tokens_and_a_step_makes_the_call
     assert _logp(model, call_only) < before
 
 
+def test_calls_only_puts_the_policy_gradient_on_the_call_turn_alone_and_a_step_leaves_the_action_be(tiny_model):
+    import torch
+
+    from training.grpo_episodes import EpisodeGRPOConfig, carries_loss, policy_gradient_step, sequences
+
+    model, tok = _lora(tiny_model)
+    rows = _call_then_act_rows()
+    (seq,) = sequences([{"rows": rows, "advantage": 0.25}], tok, 4096, call_credit=1.0, calls_only=True)
+    adv = [a for a, m in zip(seq["token_advantage"], seq["completion_mask"]) if m]
+    n_call = len(tok(rows[0]["completion"], add_special_tokens=False)["input_ids"])
+    assert adv[:n_call] == [-0.75] * n_call and set(adv[n_call:]) == {0.0}   # the act's tokens get no gradient
+
+    call_part = {**seq, "completion_mask": [m if a else 0 for a, m in zip(seq["token_advantage"],
+                                                                          seq["completion_mask"])]}
+    before = _logp(model, call_part)
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
+    opt.zero_grad()
+    policy_gradient_step(model, [seq], bf16=False)
+    opt.step()
+    assert _logp(model, call_part) < before
+
+    cfg = EpisodeGRPOConfig(pg_turns="calls")
+    assert carries_loss({"advantage": 1.0, "calls": [{"verb": "commit"}]}, cfg)
+    assert not carries_loss({"advantage": 1.0, "calls": []}, cfg)          # nothing to move without calls or KL
+    assert carries_loss({"advantage": 0.0, "calls": []}, EpisodeGRPOConfig(pg_turns="calls", kl_beta=0.1))
+    assert carries_loss({"advantage": 1.0, "calls": []}, EpisodeGRPOConfig())
+
+
 def test_advantages_are_relative_to_each_game_group_and_the_floor_keeps_only_the_better_episodes():
     from training.grpo_episodes import group_advantages
 
