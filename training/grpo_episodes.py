@@ -418,6 +418,7 @@ def run(cfg: EpisodeGRPOConfig) -> list[dict]:
             update_s = round(time.perf_counter() - tick, 1)
             current = out / "adapters" / f"u{update + 1}"
             model.save_pretrained(current)
+            tok.save_pretrained(current)        # each u<k> exports on its own (training.export)
             if cfg.rollout_engine == "lora":
                 engine.use_adapter(current, f"grpo-u{update + 1}")
             elif update + 1 < cfg.updates:      # a fresh engine on the merged weights for the next rollouts

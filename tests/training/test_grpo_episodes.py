@@ -207,6 +207,7 @@ def test_two_updates_play_through_vllm_the_second_on_the_first_ones_weights(tiny
     assert row["episodes"] == 2 and row["steps_per_episode"] >= 3
     out = tmp_path / "grpo"
     assert (out / "adapters" / "u1" / "adapter_model.safetensors").exists()
+    assert (out / "adapters" / "u1" / "tokenizer_config.json").exists()     # an intermediate adapter exports alone
     assert (out / "adapter" / "adapter_model.safetensors").exists()
     assert json.loads((out / "grpo_report.json").read_text())["log"] == rows
     from safetensors.torch import load_file
