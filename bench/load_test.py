@@ -46,6 +46,7 @@ from pathlib import Path
 
 import httpx
 import jsonpatch
+import redis
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -183,6 +184,32 @@ class Stack:
     def replica_processes(self, i: int) -> set[int]:
         pid = self.replica(i).pid
         return _descendants(pid) | _group(pid) | {pid}
+
+    def lease_tokens(self) -> dict[str, str]:
+        """Every step lease now in Redis: lock key -> token (a blocking call, so that nothing else on the caller's
+        event loop runs in between)."""
+        r = redis.Redis.from_url(self.redis.url, decode_responses=True)
+        try:
+            keys = list(r.scan_iter(match="*:lock", count=1000))
+            return {k: t for k, t in zip(keys, r.mget(keys) if keys else []) if t is not None}
+        finally:
+            r.close()
+
+    def dead_writers(self, tokens: dict[str, str], namespace: str = "evo", wait_s: float = 5.0) -> set[str]:
+        """The writer ids among `tokens` (`<id>.<random>`) whose presence channel has no subscriber: processes that
+        are gone (service/store/presence.py). Waits up to `wait_s` for Redis to notice closed connections."""
+        ids = {t.split(".", 1)[0] for t in tokens.values() if "." in t}
+        r = redis.Redis.from_url(self.redis.url, decode_responses=True)
+        try:
+            deadline = time.monotonic() + wait_s
+            while True:
+                dead = {i for i, n in r.pubsub_numsub(*(f"{namespace}:presence:{i}" for i in ids)) if not n} \
+                    if ids else set()
+                if dead or time.monotonic() > deadline:
+                    return {d.removeprefix(f"{namespace}:presence:") for d in dead}
+                time.sleep(0.1)
+        finally:
+            r.close()
 
     def reap(self, i: int, victims: set[int], timeout: float = 10.0) -> list[int]:
         """Wait for replica i and its processes to be gone; the pids still there after `timeout`."""
@@ -351,8 +378,15 @@ async def kill_replica_when(done: asyncio.Event, stack: Stack, tally: Tally, ind
     tally.kill_at = tally.ok
     tally.kill_t = time.monotonic()
     stack.kill_replica(index, victims)
+    # the leases as the dead process left them, read before any client runs again (this blocks the event loop for
+    # the few ms until the replica is reaped, and what it had already sent to Redis is processed)
+    stack.replica(index).wait(10)
+    time.sleep(0.05)
+    tokens = stack.lease_tokens()
     left = await asyncio.to_thread(stack.reap, index, victims)
-    return {"processes_killed": len(victims), "processes_left": left}
+    dead = await asyncio.to_thread(stack.dead_writers, tokens)
+    held = sum(t.split(".", 1)[0] in dead for t in tokens.values())
+    return {"processes_killed": len(victims), "processes_left": left, "leases_held_by_killed": held}
 
 
 async def restart_redis_when(done: asyncio.Event, stack: Stack, tally: Tally, down_s: float) -> None:

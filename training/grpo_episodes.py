@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 import shutil
 import time
@@ -92,6 +93,10 @@ class EpisodeGRPOConfig:
     advantage_floor: float | None = field(default=None, metadata={
         "help": "clip every episode advantage from below at this value (0: only better-than-group episodes are "
                 "reinforced; a worse one's calls still carry their --call-credit). Off by default"})
+    advantage_ceiling: float | None = field(default=None, metadata={
+        "help": "clip every episode advantage from above at this value (0 with --pg-turns calls: a call turn is "
+                "only ever pushed down, by how much worse than its group its episode did; a better episode's calls "
+                "are not reinforced, which they were in session 16's run A). Off by default"})
     kl_beta: float = field(default=0.0, metadata={
         "help": "weight of a per-token KL penalty (k3 estimator) to the adapter GRPO started from, the SFT policy: "
                 "it holds the environment actions near SFT's while the cost term moves the calls (the study: "
@@ -191,13 +196,15 @@ class Rollouts:
 
 
 # ------------------------------------------------------------------------------------------------ loss
-def group_advantages(rewards: list[float], group: int, floor: float | None = None) -> list[float]:
+def group_advantages(rewards: list[float], group: int, floor: float | None = None,
+                     ceiling: float | None = None) -> list[float]:
     """Group-relative advantages of consecutive groups of ``group`` episodes (one game each), clipped below at
-    ``floor`` when given."""
+    ``floor`` and above at ``ceiling`` when given."""
     out = []
     for i in range(0, len(rewards), group):
         out += advantages(rewards[i:i + group])
-    return out if floor is None else [max(a, floor) for a in out]
+    lo, hi = -math.inf if floor is None else floor, math.inf if ceiling is None else ceiling
+    return [min(max(a, lo), hi) for a in out]
 
 
 def sequences(episodes: list[dict], tok, max_length: int, call_credit: float = 0.0,
@@ -402,7 +409,7 @@ def run(cfg: EpisodeGRPOConfig) -> list[dict]:
             for ep in episodes:
                 ep["reward"] = episode_reward(ep, update, cfg.reward)
             for ep, adv in zip(episodes, group_advantages([e["reward"]["total"] for e in episodes], cfg.group,
-                                                          cfg.advantage_floor)):
+                                                          cfg.advantage_floor, cfg.advantage_ceiling)):
                 ep["advantage"] = adv
             calls_only = cfg.pg_turns == "calls"
             seqs = sequences([e for e in episodes if carries_loss(e, cfg)], tok, cfg.max_length, cfg.call_credit,

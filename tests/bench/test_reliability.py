@@ -123,5 +123,6 @@ async def test_a_replica_killed_mid_step_frees_its_sessions_in_seconds(stack, ti
     assert out["steps_ok"] == 96 and out["lost"] == 0 and out["duplicated"] == 0 and out["inconsistent"] == 0, out
     assert f["processes_left"] == [] and f["affected_sessions"] >= 1, f
     assert f["affected_stepped_again"] == f["affected_sessions"] and f["ok"], f
-    # the dead replica's presence went with its connections: the survivor took its step leases over at once
-    assert f["lease_takeovers"] >= 1, f
+    # the dead replica's presence went with its connections: the survivor took over at once every step lease the
+    # dead process held (the kill may land between two steps' leases: then there is none to take)
+    assert f["lease_takeovers"] == f["leases_held_by_killed"], f

@@ -123,7 +123,7 @@ def test_calls_only_puts_the_policy_gradient_on_the_call_turn_alone_and_a_step_l
     assert carries_loss({"advantage": 1.0, "calls": []}, EpisodeGRPOConfig())
 
 
-def test_advantages_are_relative_to_each_game_group_and_the_floor_keeps_only_the_better_episodes():
+def test_advantages_are_relative_to_each_game_group_and_the_floor_or_ceiling_clips_them():
     from training.grpo_episodes import group_advantages
 
     rewards = [10.0, 9.0, 0.0, 10.5, 1.0, 1.0, 1.0, 1.0]      # two games of four episodes
@@ -132,6 +132,8 @@ def test_advantages_are_relative_to_each_game_group_and_the_floor_keeps_only_the
     assert adv[4:] == [0.0] * 4                                 # a tied group teaches nothing
     floored = group_advantages(rewards, 4, floor=0.0)
     assert floored[2] == 0.0 and floored[3] == adv[3] and min(floored) == 0.0
+    capped = group_advantages(rewards, 4, ceiling=0.0)        # only the worse episodes push anything
+    assert capped[2] == adv[2] < 0 and capped[3] == 0.0 and max(capped) == 0.0
 
 
 def test_loss_weights_are_per_token_or_per_episode():
