@@ -386,7 +386,8 @@ async def kill_replica_when(done: asyncio.Event, stack: Stack, tally: Tally, ind
     left = await asyncio.to_thread(stack.reap, index, victims)
     dead = await asyncio.to_thread(stack.dead_writers, tokens)
     held = sum(t.split(".", 1)[0] in dead for t in tokens.values())
-    return {"processes_killed": len(victims), "processes_left": left, "leases_held_by_killed": held}
+    return {"processes_killed": len(victims), "processes_left": left, "leases_at_kill": len(tokens),
+            "leases_held_by_killed": held}
 
 
 async def restart_redis_when(done: asyncio.Event, stack: Stack, tally: Tally, down_s: float) -> None:
