@@ -97,6 +97,12 @@ class EpisodeGRPOConfig:
         "help": "clip every episode advantage from above at this value (0 with --pg-turns calls: a call turn is "
                 "only ever pushed down, by how much worse than its group its episode did; a better episode's calls "
                 "are not reinforced, which they were in session 16's run A). Off by default"})
+    no_call_share: float = field(default=0.0, metadata={
+        "help": "share of each group's episodes played with harness cap 0 (no verb offered; same prompts): paired "
+                "rollouts with and without the harness, so the group compares acting at the states where the policy "
+                "would call against calling there. A won no-call episode then reinforces its environment actions at "
+                "those states, where a sampled skip is too rare (p ~ 0.01) to teach it (a departure: those "
+                "episodes are off-policy at the masked turns, uncorrected). 0 = off"})
     kl_beta: float = field(default=0.0, metadata={
         "help": "weight of a per-token KL penalty (k3 estimator) to the adapter GRPO started from, the SFT policy: "
                 "it holds the environment actions near SFT's while the cost term moves the calls (the study: "
@@ -161,18 +167,21 @@ class Rollouts:
         from training.envs.alfworld.env import AlfWorldEnv
         from training.evaluate import LockedEnv
 
-        self.max_steps = max_steps
+        self.max_steps, self.harness_cap = max_steps, policy.harness_cap
         self.free: queue.Queue = queue.Queue()
         self.slots = [(policy.fork(), LockedEnv(AlfWorldEnv(max_steps=max_steps))) for _ in range(concurrency)]
         for s in self.slots:
             self.free.put(s)
 
-    def play(self, game: Path) -> dict:
+    def play(self, game: Path, harness_cap: int | None = None) -> dict:
+        """One episode; ``harness_cap`` (default: the policy's) bounds its harness calls per step, 0 = none (the
+        grammar then offers environment actions only; the prompt is the same)."""
         from training.envs.alfworld.episode import play_episode
 
         twin, env = self.free.get()
         try:
             twin.evidence = []
+            twin.harness_cap = self.harness_cap if harness_cap is None else harness_cap
             rec = play_episode(env, twin, game, keep_transcript=True)
             ep = reward_inputs(rec, twin.agent, self.max_steps)
             ep.update(game=rec["game"], task_type=rec["task_type"], rows=episode_rows(twin.agent, rec["game"],
@@ -182,13 +191,21 @@ class Rollouts:
         finally:
             self.free.put((twin, env))
 
-    def run(self, games: list[Path], bank: dict) -> list[dict]:
+    def run(self, games: list[Path], bank: dict, caps: list[int | None] | None = None) -> list[dict]:
+        """Episodes of ``games`` in order, the i-th with harness cap ``caps[i]`` (None: the policy's)."""
         from concurrent.futures import ThreadPoolExecutor
 
         for twin, _ in self.slots:
             twin.bank = bank
         with ThreadPoolExecutor(len(self.slots)) as pool:
-            return list(pool.map(self.play, games))
+            return list(pool.map(self.play, games, caps or [None] * len(games)))
+
+
+def group_caps(group: int, games: int, no_call_share: float) -> list[int | None]:
+    """Per episode of ``games`` consecutive groups: the last ``round(no_call_share * group)`` of each group play with
+    harness cap 0, the others with the policy's (None)."""
+    skip = round(no_call_share * group)
+    return [0 if i >= group - skip else None for _ in range(games) for i in range(group)]
 
     def close(self) -> None:
         for _, env in self.slots:
@@ -404,7 +421,7 @@ def run(cfg: EpisodeGRPOConfig) -> list[dict]:
         for update in range(start, cfg.updates):
             started = time.perf_counter()
             chosen = [g for g in picks[update] for _ in range(cfg.group)]
-            episodes = rollouts.run(chosen, bank)
+            episodes = rollouts.run(chosen, bank, group_caps(cfg.group, len(picks[update]), cfg.no_call_share))
             rollout_s = round(time.perf_counter() - started, 1)
             for ep in episodes:
                 ep["reward"] = episode_reward(ep, update, cfg.reward)

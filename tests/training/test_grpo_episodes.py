@@ -220,3 +220,11 @@ def test_two_updates_play_through_vllm_the_second_on_the_first_ones_weights(tiny
     assert (out / "adapters" / "u2").exists()
     again = run(cfg)                                     # resumable: nothing left to do
     assert again == rows
+
+
+def test_paired_rollouts_play_the_last_share_of_each_group_without_harness_calls():
+    from training.grpo_episodes import group_caps
+
+    assert group_caps(4, 2, 0.5) == [None, None, 0, 0, None, None, 0, 0]
+    assert group_caps(4, 1, 0.0) == [None] * 4                  # off: every episode has the policy's cap
+    assert group_caps(8, 1, 0.25) == [None] * 6 + [0, 0]
