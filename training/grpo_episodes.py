@@ -200,16 +200,16 @@ class Rollouts:
         with ThreadPoolExecutor(len(self.slots)) as pool:
             return list(pool.map(self.play, games, caps or [None] * len(games)))
 
+    def close(self) -> None:
+        for _, env in self.slots:
+            env.close()
+
 
 def group_caps(group: int, games: int, no_call_share: float) -> list[int | None]:
     """Per episode of ``games`` consecutive groups: the last ``round(no_call_share * group)`` of each group play with
     harness cap 0, the others with the policy's (None)."""
     skip = round(no_call_share * group)
     return [0 if i >= group - skip else None for _ in range(games) for i in range(group)]
-
-    def close(self) -> None:
-        for _, env in self.slots:
-            env.close()
 
 
 # ------------------------------------------------------------------------------------------------ loss
