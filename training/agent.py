@@ -26,19 +26,27 @@ from service.policy.turns import Sampling, StepOutcome, run_step
 class HarnessAgent:
     def __init__(self, engine: Engine, task: str, *, domain: str = "alfworld", mode: str = "inline",
                  bank: dict | None = None, harness_cap: int = 3, max_steps: int | None = None,
-                 modules: dict | None = None, sampling: Sampling = Sampling(), transcript_chars: int | None = None):
+                 modules: dict | None = None, sampling: Sampling = Sampling(), transcript_chars: int | None = None,
+                 call_budget: int | None = None, disabled_verbs: tuple[str, ...] = ()):
         self.engine, self.sampling = engine, sampling
+        # ablations and paired rollouts: at most ``call_budget`` harness calls per episode (None: no bound), and
+        # verbs switched off as an operator would (the session's disabled_verbs control); the prompt is unchanged
+        self.harness_cap, self.call_budget = harness_cap, call_budget
         self.domain = get_domain(domain)
         self.bank = bank or {"entries": {}, "controls": {}}
         self.state = new_state(task=task, domain=domain, mode=mode, bank="memory",
                                initial_belief=self.domain.initial_belief(task), modules=modules,
                                harness_cap=harness_cap, max_steps=max_steps, transcript_chars=transcript_chars)
         self.state["belief"]["task_type"] = self.domain.task_type(task)
+        self.state["controls"]["disabled_verbs"] = sorted(disabled_verbs)
         self.outcomes: list[StepOutcome] = []
 
     async def step(self, observation: str, admissible: list[str] | None,
                    won: bool | None = None) -> tuple[str, StepOutcome]:
         observed = observe(self.state, self.domain, observation, admissible, won)
+        if self.call_budget is not None:   # this step's cap: what is left of the episode's budget
+            left = max(0, self.call_budget - observed["budget"]["harness_calls"])
+            observed["controls"] = {**observed["controls"], "harness_cap": min(self.harness_cap, left)}
         outcome = await run_step(observed, self.domain, self.engine, bank_entries=self.bank["entries"],
                                  bank_controls=self.bank.get("controls"), sampling=self.sampling)
         self.state = outcome.state
@@ -53,8 +61,10 @@ class EnginePolicy:
     """Driver policy backed by an in-process engine; runs the engine's event loop in a background thread."""
 
     def __init__(self, engine: Engine, *, mode: str = "inline", bank: dict | None = None, harness_cap: int = 3,
-                 max_steps: int | None = None, sampling: Sampling = Sampling(), transcript_chars: int | None = None):
+                 max_steps: int | None = None, sampling: Sampling = Sampling(), transcript_chars: int | None = None,
+                 call_budget: int | None = None, disabled_verbs: tuple[str, ...] = ()):
         self.engine, self.mode, self.bank = engine, mode, bank
+        self.call_budget, self.disabled_verbs = call_budget, tuple(disabled_verbs)
         self.transcript_chars = transcript_chars  # the engine's context bounds the episode chat
         self.harness_cap, self.max_steps, self.sampling = harness_cap, max_steps, sampling
         self.loop = asyncio.new_event_loop()
@@ -70,7 +80,8 @@ class EnginePolicy:
     def reset(self, task: str, observation: str, admissible: list[str]) -> None:
         self.agent = HarnessAgent(self.engine, task, mode=self.mode, bank=self.bank, harness_cap=self.harness_cap,
                                   max_steps=self.max_steps, sampling=self.sampling,
-                                  transcript_chars=self.transcript_chars)
+                                  transcript_chars=self.transcript_chars, call_budget=self.call_budget,
+                                  disabled_verbs=self.disabled_verbs)
 
     def act(self, observation: str, admissible: list[str], won: bool, done: bool) -> tuple[str, dict]:
         if done:

@@ -66,6 +66,11 @@ class EvalConfig:
                 "float32 elsewhere (emulated bf16 ran a 135M model ~2x slower); or float32, bfloat16, auto"})
     max_model_len: int = field(default=4096, metadata={"help": "context: a 50-step episode is one chat"})
     eager: bool = field(default=False, metadata={"help": "skip torch.compile (fast start, ~2x slower decode)"})
+    call_budget: int | None = field(default=None, metadata={
+        "help": "ablation: at most this many harness calls per episode (the grammar then offers environment "
+                "actions only; the prompt is unchanged). Default: no bound, as served"})
+    disabled_verbs: list[str] = field(default_factory=list, metadata={
+        "help": "ablation: harness verbs switched off, as an operator's disabled_verbs control does"})
 
 
 def panel_text(message: str) -> str:
@@ -295,6 +300,10 @@ def merge_reports(folders: list[str], out: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    from service.harness.state import VERBS
+    unknown = sorted(set(args.disabled_verbs) - set(VERBS))
+    if unknown:
+        raise SystemExit(f"--disabled-verbs: unknown verb(s) {unknown}; the verbs are {list(VERBS)}")
     if args.merge:
         print(markdown(merge_reports(args.merge, Path(args.out or "runs/eval/merged"))))
         return 0
@@ -322,12 +331,14 @@ def main(argv: list[str] | None = None) -> int:
               "seconds": {},
               "concurrency": min(args.concurrency, args.window), "window": args.window,
               "sampling": {"temperature": args.temperature, "top_p": args.top_p, "seed": sampling.seed},
-              "dtype": serving_dtype(args.dtype)}   # (the CPU build here; on a GPU, auto-cpu is vLLM's auto)
+              "dtype": serving_dtype(args.dtype),   # (the CPU build here; on a GPU, auto-cpu is vLLM's auto)
+              "ablation": {"call_budget": args.call_budget, "disabled_verbs": list(args.disabled_verbs)}}
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(str(model))
     from service.policy.render import transcript_chars_for
     # one engine and event loop for every split and mode
     policy = RecordingPolicy(engine, sampling=sampling, transcript_chars=transcript_chars_for(context),
+                             call_budget=args.call_budget, disabled_verbs=tuple(args.disabled_verbs),
                              count_tokens=lambda text: len(tok(text, add_special_tokens=False)["input_ids"]))
     slots = EpisodeSlots(policy, min(args.concurrency, args.window), args.max_steps)
     try:

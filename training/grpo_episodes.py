@@ -98,11 +98,14 @@ class EpisodeGRPOConfig:
                 "only ever pushed down, by how much worse than its group its episode did; a better episode's calls "
                 "are not reinforced, which they were in session 16's run A). Off by default"})
     no_call_share: float = field(default=0.0, metadata={
-        "help": "share of each group's episodes played with harness cap 0 (no verb offered; same prompts): paired "
-                "rollouts with and without the harness, so the group compares acting at the states where the policy "
-                "would call against calling there. A won no-call episode then reinforces its environment actions at "
-                "those states, where a sampled skip is too rare (p ~ 0.01) to teach it (a departure: those "
-                "episodes are off-policy at the masked turns, uncorrected). 0 = off"})
+        "help": "share of each group's episodes (the twins) played with at most --twin-budget harness calls (past "
+                "it no verb is offered; same prompts): paired rollouts with and without the calls, so the group "
+                "compares acting at the states where the policy would call against calling there. A won twin then "
+                "reinforces its environment actions at those states, where a sampled skip is too rare (p ~ 0.01) to "
+                "teach it (a departure: the twins are off-policy at the masked turns, uncorrected). 0 = off"})
+    twin_budget: int = field(default=0, metadata={
+        "help": "harness calls a twin of --no-call-share may make in its episode (0: none, session 17's run D; 2: "
+                "the first two, so the group prices only the later calls)"})
     kl_beta: float = field(default=0.0, metadata={
         "help": "weight of a per-token KL penalty (k3 estimator) to the adapter GRPO started from, the SFT policy: "
                 "it holds the environment actions near SFT's while the cost term moves the calls (the study: "
@@ -167,49 +170,49 @@ class Rollouts:
         from training.envs.alfworld.env import AlfWorldEnv
         from training.evaluate import LockedEnv
 
-        self.max_steps, self.harness_cap = max_steps, policy.harness_cap
+        self.max_steps = max_steps
         self.free: queue.Queue = queue.Queue()
         self.slots = [(policy.fork(), LockedEnv(AlfWorldEnv(max_steps=max_steps))) for _ in range(concurrency)]
         for s in self.slots:
             self.free.put(s)
 
-    def play(self, game: Path, harness_cap: int | None = None) -> dict:
-        """One episode; ``harness_cap`` (default: the policy's) bounds its harness calls per step, 0 = none (the
-        grammar then offers environment actions only; the prompt is the same)."""
+    def play(self, game: Path, call_budget: int | None = None) -> dict:
+        """One episode with at most ``call_budget`` harness calls (None: no bound; 0: none, the grammar then offers
+        environment actions only; the prompt is the same either way)."""
         from training.envs.alfworld.episode import play_episode
 
         twin, env = self.free.get()
         try:
             twin.evidence = []
-            twin.harness_cap = self.harness_cap if harness_cap is None else harness_cap
+            twin.call_budget = call_budget
             rec = play_episode(env, twin, game, keep_transcript=True)
             ep = reward_inputs(rec, twin.agent, self.max_steps)
             ep.update(game=rec["game"], task_type=rec["task_type"], rows=episode_rows(twin.agent, rec["game"],
                                                                                         twin.mode),
-                      evidence=twin.evidence[-1] if twin.evidence else None)
+                      evidence=twin.evidence[-1] if twin.evidence else None, call_budget=call_budget)
             return ep
         finally:
             self.free.put((twin, env))
 
-    def run(self, games: list[Path], bank: dict, caps: list[int | None] | None = None) -> list[dict]:
-        """Episodes of ``games`` in order, the i-th with harness cap ``caps[i]`` (None: the policy's)."""
+    def run(self, games: list[Path], bank: dict, budgets: list[int | None] | None = None) -> list[dict]:
+        """Episodes of ``games`` in order, the i-th with harness-call budget ``budgets[i]`` (None: no bound)."""
         from concurrent.futures import ThreadPoolExecutor
 
         for twin, _ in self.slots:
             twin.bank = bank
         with ThreadPoolExecutor(len(self.slots)) as pool:
-            return list(pool.map(self.play, games, caps or [None] * len(games)))
+            return list(pool.map(self.play, games, budgets or [None] * len(games)))
 
     def close(self) -> None:
         for _, env in self.slots:
             env.close()
 
 
-def group_caps(group: int, games: int, no_call_share: float) -> list[int | None]:
-    """Per episode of ``games`` consecutive groups: the last ``round(no_call_share * group)`` of each group play with
-    harness cap 0, the others with the policy's (None)."""
-    skip = round(no_call_share * group)
-    return [0 if i >= group - skip else None for _ in range(games) for i in range(group)]
+def group_budgets(group: int, games: int, twin_share: float, twin_budget: int = 0) -> list[int | None]:
+    """Per episode of ``games`` consecutive groups: the last ``round(twin_share * group)`` of each group play with
+    at most ``twin_budget`` harness calls, the others unbounded (None)."""
+    twins = round(twin_share * group)
+    return [twin_budget if i >= group - twins else None for _ in range(games) for i in range(group)]
 
 
 # ------------------------------------------------------------------------------------------------ loss
@@ -421,7 +424,8 @@ def run(cfg: EpisodeGRPOConfig) -> list[dict]:
         for update in range(start, cfg.updates):
             started = time.perf_counter()
             chosen = [g for g in picks[update] for _ in range(cfg.group)]
-            episodes = rollouts.run(chosen, bank, group_caps(cfg.group, len(picks[update]), cfg.no_call_share))
+            episodes = rollouts.run(chosen, bank, group_budgets(cfg.group, len(picks[update]),
+                                                                    cfg.no_call_share, cfg.twin_budget))
             rollout_s = round(time.perf_counter() - started, 1)
             for ep in episodes:
                 ep["reward"] = episode_reward(ep, update, cfg.reward)

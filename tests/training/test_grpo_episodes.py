@@ -222,9 +222,9 @@ def test_two_updates_play_through_vllm_the_second_on_the_first_ones_weights(tiny
     assert again == rows
 
 
-def test_paired_rollouts_play_the_last_share_of_each_group_without_harness_calls():
-    from training.grpo_episodes import group_caps
+def test_paired_rollouts_play_the_last_share_of_each_group_on_the_twin_budget():
+    from training.grpo_episodes import group_budgets
 
-    assert group_caps(4, 2, 0.5) == [None, None, 0, 0, None, None, 0, 0]
-    assert group_caps(4, 1, 0.0) == [None] * 4                  # off: every episode has the policy's cap
-    assert group_caps(8, 1, 0.25) == [None] * 6 + [0, 0]
+    assert group_budgets(4, 2, 0.5) == [None, None, 0, 0, None, None, 0, 0]
+    assert group_budgets(4, 1, 0.0) == [None] * 4                  # off: no episode is bounded
+    assert group_budgets(8, 1, 0.25, 2) == [None] * 6 + [2, 2]
