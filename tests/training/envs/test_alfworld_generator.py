@@ -116,3 +116,14 @@ def test_unverified_games_skip_the_planner_and_still_play(tmp_path, alf_games):
     verified = generate.generate_split("fixtures", out=tmp_path, count=4, progress=False)
     assert not verified.get("cached") and verified["verified"] is True
     assert all(read_game(tmp_path / "fixtures" / g["game"])["solvable"] for g in verified["games"])
+
+
+def test_a_spec_skipped_for_planner_timeouts_is_tried_again_by_the_next_run(tmp_path, monkeypatch):
+    """A timeout says how loaded the box was, not what the split holds: the manifest that records the skip is not
+    taken as cached, and a run with time to plan fills the split."""
+    monkeypatch.setattr(generate.plan_and_verify, "__defaults__", (0.001,))
+    starved = generate.generate_split("fixtures", out=tmp_path, count=2, progress=False, workers=1)
+    assert len(starved["skipped"]) == 2 and starved["games"] == []
+    monkeypatch.setattr(generate.plan_and_verify, "__defaults__", (60.0,))
+    again = generate.generate_split("fixtures", out=tmp_path, count=2, progress=False, workers=1)
+    assert not again.get("cached") and again["skipped"] == [] and len(again["games"]) == 2

@@ -246,7 +246,8 @@ def generate_split(split: str, out: Path | str | None = None, workers: int | Non
         if (manifest.get("version"), manifest.get("seed"), manifest.get("plan_count", manifest.get("count")),
                 manifest.get("count"), manifest.get("verified", True)) == (GENERATOR_VERSION, seed, len(plan),
                                                                             len(specs), verify) \
-                and all((out_dir / g["game"] / GAME_FILE).exists() for g in manifest["games"]):
+                and all((out_dir / g["game"] / GAME_FILE).exists() for g in manifest["games"]) \
+                and not manifest.get("skipped"):   # a planner timeout is the box's load: a rerun tries again
             manifest["cached"] = True
             return manifest
     out_dir.mkdir(parents=True, exist_ok=True)
