@@ -59,6 +59,9 @@ class TeacherConfig:
     max_env_steps: int = field(default=50, metadata={"help": "expert step budget per game"})
     window: int = field(default=8, metadata={"help": "episodes per bank consolidation window"})
     harness_cap: int = field(default=3, metadata={"help": "harness calls allowed per step (as the service default)"})
+    commit_share: float = field(default=1.0, metadata={
+        "help": "share of the subgoal changes after the first turn that the inline teacher commits (drawn per "
+                "change, seeded by the game); at the others the next think names the new subgoal. 1 = every change"})
     keep_lost: bool = field(default=False, metadata={"help": "keep trajectories the expert did not win"})
     games_dir: str | None = field(default=None, metadata={
         "help": "play every finished game folder under this path (e.g. a split being generated) instead of a split"})
@@ -163,14 +166,15 @@ def _play(env, game, plan: list[str] | None = None, act=None) -> dict:
 
 
 # -------------------------------------------------------------------------------------------- render
-def render_episode(traj: dict, mode: str, bank: dict, harness_cap: int = 3) -> tuple[list[dict], dict]:
+def render_episode(traj: dict, mode: str, bank: dict, harness_cap: int = 3,
+                   commit_share: float = 1.0) -> tuple[list[dict], dict]:
     """Replay one trajectory into a harness state of ``mode``; returns (samples, evidence)."""
     domain = get_domain("alfworld")
     task = traj["task_text"]
     state = new_state(task=task, domain="alfworld", mode=mode, bank="memory",
                       initial_belief=domain.initial_belief(task), harness_cap=harness_cap)
     state["belief"]["task_type"] = domain.task_type(task)
-    rules = RuleState.for_task(state)
+    rules = RuleState.for_task(state, commit_share, traj["game"])
     entries, controls = bank["entries"], bank.get("controls")
     samples = []
 
@@ -206,11 +210,12 @@ def render_episode(traj: dict, mode: str, bank: dict, harness_cap: int = 3) -> t
     return samples, evidence_of(state, bool(last["won"]))
 
 
-def render_mode(trajs: list[dict], mode: str, window: int = 8, harness_cap: int = 3) -> tuple[list[dict], dict]:
+def render_mode(trajs: list[dict], mode: str, window: int = 8, harness_cap: int = 3,
+                commit_share: float = 1.0) -> tuple[list[dict], dict]:
     """Render all trajectories in order, consolidating the bank every ``window`` episodes."""
     bank, pending, samples, stamp = new_bank(), [], [], 0
     for traj in trajs:
-        rows, ev = render_episode(traj, mode, bank, harness_cap)
+        rows, ev = render_episode(traj, mode, bank, harness_cap, commit_share)
         samples += rows
         pending.append({**ev, "session_id": f"{stamp:04d}-{traj['game']}"})
         if len(pending) >= window:
@@ -294,7 +299,7 @@ def run(cfg: TeacherConfig) -> dict:
                          for e in ("search", "dagger", "handcoded", "planner", "walkthrough")},
              "modes": {}}
     for mode in MODES:
-        samples, bank = render_mode(kept, mode, cfg.window, cfg.harness_cap)
+        samples, bank = render_mode(kept, mode, cfg.window, cfg.harness_cap, cfg.commit_share)
         (out / f"{mode}.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
         stats["modes"][mode] = {**share_stats(samples), "bank_entries": len(bank["entries"])}
         if mode == "inline":

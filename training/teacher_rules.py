@@ -9,7 +9,9 @@ Rules (``inline`` mode only; at most the harness cap per step, checked by the ca
 1. ``recall [obj]`` on the first turn when the bank holds a search priority for the goal object
    (``where:<obj>`` entry) — the result names where that object usually is.
 2. ``commit [subgoal]`` on the first turn, and again each time the current subgoal is reached (its progress event
-   appears in the last observation) — the Plan panel then shows what to do next.
+   appears in the last observation) — the Plan panel then shows what to do next. With a ``commit_share`` below 1
+   only that share of the later subgoal changes is committed (drawn per change, seeded by the game); at the others
+   the next environment turn's think names the new subgoal itself, so the data shows both ways to move on.
 3. ``track [obj]`` right before the expert walks to a receptacle where a goal object was seen (for a look task that
    holds its object: the lamp), when that sighting has left the state's history window of recent steps — the
    belief still knows it, and the answer sits next to the decision instead of far back in the transcript.
@@ -18,6 +20,8 @@ Rules (``inline`` mode only; at most the harness cap per step, checked by the ca
 
 from __future__ import annotations
 
+import random
+import zlib
 from dataclasses import dataclass, field
 
 from service.domains import get_domain
@@ -53,12 +57,15 @@ class RuleState:
     turns: int = 0
     tracked: set = field(default_factory=set)
     advanced: bool = False
+    commit_share: float = 1.0                     # share of the later subgoal changes that get a commit (rule 2)
+    rng: random.Random = field(default_factory=lambda: random.Random(0))
 
     @classmethod
-    def for_task(cls, state: dict) -> RuleState:
+    def for_task(cls, state: dict, commit_share: float = 1.0, game: str = "") -> RuleState:
         belief = state["belief"]
         goal = belief.get("goal") or {}
-        return cls(goal.get("object"), subgoals_for(goal, belief.get("task_type"), belief))
+        return cls(goal.get("object"), subgoals_for(goal, belief.get("task_type"), belief),
+                   commit_share=commit_share, rng=random.Random(zlib.crc32(game.encode())))
 
     @property
     def current(self) -> str:
@@ -123,7 +130,7 @@ def harness_calls(rules: RuleState, state: dict, bank_entries: dict, next_action
         last = state["history"][-1] if state["history"] else None
         if last and last["observation"].strip() == FAILED:
             calls.append(("note", _clip(f"avoid {last['action']}"), "that failed"))
-        if rules.advanced:
+        if rules.advanced and (rules.commit_share >= 1 or rules.rng.random() < rules.commit_share):
             calls.append(("commit", rules.current, f"next: {rules.current}"))
         tracked = _track_target(rules, state, next_action)
         if tracked:

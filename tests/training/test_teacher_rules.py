@@ -107,3 +107,21 @@ def test_look_task_tracks_the_lamp_seen_long_ago_before_walking_back_to_it():
     after = samples[track[0] + 1]
     assert "desklamp 1 @ sidetable 1" in after["prompt"][-300:]          # the answer sits next to the decision
     assert "<action>go to sidetable 1</action>" in after["completion"]
+
+
+def test_commit_share_leaves_some_subgoal_changes_to_the_think():
+    """With commit_share 0 only the first turn commits: after the take, the next environment turn's think names the
+    new subgoal itself. Share 1 is the default teacher; the draw is seeded by the game, so a rerun renders the same."""
+    def commits(share):
+        rows, _ = render_episode(trajectory(), "inline", new_bank(), commit_share=share)
+        return rows, [c for v, c in calls(rows) if v == "commit"]
+
+    every, every_commits = commits(1.0)
+    assert every == render_episode(trajectory(), "inline", new_bank())[0]
+    assert len(every_commits) == 2
+    none, none_commits = commits(0.0)
+    assert none_commits == [every_commits[0]]                    # the plan at the start stays
+    take = next(i for i, r in enumerate(none) if "<action>take apple 1 from table 1</action>" in r["completion"])
+    assert none[take + 1]["kind"] == "env"
+    assert none[take + 1]["completion"].startswith("<think>put apple on countertop</think>")
+    assert commits(0.5) == commits(0.5)
