@@ -200,11 +200,13 @@ def test_two_updates_play_through_vllm_the_second_on_the_first_ones_weights(tiny
     shutil.copytree(fixture_games()[0], games / fixture_games()[0].name)
     cfg = EpisodeGRPOConfig(policy=str(policy), base=str(tiny_model), games=str(games), out=str(tmp_path / "grpo"),
                             updates=2, games_per_update=1, group=2, concurrency=2, max_env_steps=3,
-                            max_length=2048, kv_cache_gib=0.25, rollout_engine=rollout_engine)
+                            max_length=2048, kv_cache_gib=0.25, rollout_engine=rollout_engine,
+                            no_call_share=0.5)   # the second episode of each group is a twin on a budget of 0 calls
     rows = run(cfg)
     assert [r["update"] for r in rows] == [0, 1]
     assert rows[0]["models"] == ["untrained-tiny+grpo"]          # the starting adapter
     assert rows[1]["models"] == ["untrained-tiny+grpo-u1"]       # update 1's rollouts ran on update 0's weights
+    assert all(r["won_calls"][1][1] == 0 for r in rows)        # the budget reached the grammar of the engine
     row = rows[0]
     assert row["episodes"] == 2 and row["steps_per_episode"] >= 3
     out = tmp_path / "grpo"
