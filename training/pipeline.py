@@ -1,7 +1,8 @@
 """python -m training.pipeline --out models/default-policy
 
 The default policy end to end: games -> teacher -> base model -> SFT -> more (SFT continued on a second set of
-train games) -> DAgger -> GRPO -> export -> evaluation -> model card.
+train games) -> DAgger -> calls (SFT continued on episodes where a later commit is optional) -> GRPO -> export ->
+evaluation -> model card.
 ``make policy`` runs this command (with ``OMP_NUM_THREADS=1``). Settings: ``PipelineConfig`` (``--help`` lists them;
 ``--config FILE.json`` reads them from a file, see ``training.cli``). There is no GPU preset: the GPU recipe in
 docs/training.md runs the stages one by one.
@@ -92,6 +93,15 @@ class PipelineConfig:
     dagger_sources: dict = field(default_factory=lambda: {"dagger": 1.0, "search": 0.25}, metadata={
         "help": "share of each source's sequences in a round (JSON): the learner's labelled states and the "
                 "expert's own episodes, so a round does not forget them"})
+    calls_games: int = field(default=0, metadata={
+        "help": "the calls stage (off at 0): the search expert plays this many train games committing only "
+                "calls_commit_share of the later subgoal changes, and the adapter continues calls_steps on those "
+                "inline episodes, so a later commit is a choice GRPO can drop rather than the only way the policy "
+                "moves on (session 18: 160 games, 29/32 won either way; with 2 calls allowed 15/16 against 10/16)"})
+    calls_commit_share: float = field(default=0.5, metadata={
+        "help": "share of the later subgoal changes the calls stage's expert commits (training.teacher)"})
+    calls_steps: int = field(default=24, metadata={"help": "SFT steps of the calls stage (sft_batch episodes each)"})
+    calls_lr: float = field(default=1e-4, metadata={"help": "peak learning rate of the calls stage"})
     grpo_updates: int = field(default=0, metadata={
         "help": "GRPO updates; 0: no GRPO stage (on a pretrained base: training.grpo_episodes on the adapter)"})
     grpo_group: int = field(default=4, metadata={"help": "GRPO rollouts per game"})
@@ -112,6 +122,11 @@ class PipelineConfig:
     grpo_lambda_div: float = field(default=1.0, metadata={
         "help": "GRPO verb-diversity bonus at update 0 (it rewards more verbs; 0 when the point is fewer calls)"})
     grpo_concurrency: int = field(default=8, metadata={"help": "GRPO rollout episodes in flight"})
+    grpo_temperature: float = field(default=1.0, metadata={"help": "GRPO rollout sampling temperature"})
+    grpo_no_call_share: float = field(default=0.0, metadata={
+        "help": "GRPO: share of each group played as twins with at most grpo_twin_budget harness calls "
+                "(training.grpo_episodes --no-call-share)"})
+    grpo_twin_budget: int = field(default=0, metadata={"help": "GRPO: the twins' episode call budget"})
     grpo_div_anneal: int = field(default=4, metadata={
         "help": "U of the diversity bonus (the study: 150 updates; a 10-update CPU run needs it inside its horizon "
                 "or the bonus outweighs the cost term)"})
@@ -135,8 +150,8 @@ class PipelineConfig:
     out: str = field(default="models/default-policy", metadata={"help": "policy folder"})
     remarks: str | None = field(default="docs/policy_remarks.md", metadata={
         "help": "hand-written part of the card (limits, what was tried)"})
-    stages: list[str] = field(default_factory=lambda: ["games", "teacher", "base", "sft", "more", "dagger", "grpo",
-                                                        "export", "eval"],
+    stages: list[str] = field(default_factory=lambda: ["games", "teacher", "base", "sft", "more", "dagger", "calls",
+                                                        "grpo", "export", "eval"],
                               metadata={"help": "stages to run"})
     force: bool = field(default=False, metadata={"help": "rerun stages whose output exists"})
 
@@ -213,6 +228,9 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
         bank = f"{MORE_TEACHER}/bank.json"   # the bank the continued adapter's recalls were rendered with
     if pretrained and "dagger" in cfg.stages:
         adapter = dagger_rounds(cfg, work, base, adapter, done)
+    if pretrained and "calls" in cfg.stages and cfg.calls_games:
+        adapter = calls_stage(cfg, work, base, adapter, done)
+        bank = f"{CALLS_TEACHER}/bank.json"
     sft_policy = None   # pretrained base + GRPO: the adapter before GRPO, exported as the baseline it is judged by
     if pretrained and "grpo" in cfg.stages and cfg.grpo_updates:
         if not done(work / "grpo" / "adapter"):
@@ -222,7 +240,8 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
                 max_env_steps=cfg.grpo_max_env_steps, lr=cfg.grpo_lr, threads=cfg.threads,
                 call_credit=cfg.grpo_call_credit, loss_norm=cfg.grpo_loss_norm, concurrency=cfg.grpo_concurrency,
                 advantage_floor=cfg.grpo_advantage_floor, kl_beta=cfg.grpo_kl_beta, pg_turns=cfg.grpo_pg_turns,
-                kv_cache_gib=cfg.eval_kv_cache_gib,
+                kv_cache_gib=cfg.eval_kv_cache_gib, temperature=cfg.grpo_temperature,
+                no_call_share=cfg.grpo_no_call_share, twin_budget=cfg.grpo_twin_budget,
                 reward=RewardConfig(cost_per_call=cfg.grpo_cost_per_call, div_anneal_updates=cfg.grpo_div_anneal,
                                     lambda_div_max=cfg.grpo_lambda_div))))
         if "export" in cfg.stages:
@@ -269,13 +288,14 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
             remarks=cfg.remarks if cfg.remarks and Path(cfg.remarks).exists() else None)))
 
 
-def teacher_stage(cfg: PipelineConfig, work: Path, label: str, games_dir: str, out: str) -> None:
-    """The search expert plays ``games_dir`` (``teacher_shards`` processes side by side), then one render."""
-    teacher = TeacherConfig(games_dir=games_dir, out=out)
+def teacher_stage(cfg: PipelineConfig, work: Path, label: str, games_dir: str, out: str, **extra) -> None:
+    """The search expert plays ``games_dir`` (``teacher_shards`` processes side by side), then one render.
+    ``extra``: more ``TeacherConfig`` settings, the same for every shard."""
+    teacher = TeacherConfig(games_dir=games_dir, out=out, **extra)
     if cfg.teacher_shards > 1:
         k = cfg.teacher_shards
         sh_parallel([stage(work, f"{label}-shard{i}of{k}", "training.teacher", TeacherConfig(
-            games_dir=games_dir, out=out, shard=f"{i}/{k}")) for i in range(k)])
+            games_dir=games_dir, out=out, shard=f"{i}/{k}", **extra)) for i in range(k)])
         teacher.render_only = True
     sh(*stage(work, label, "training.teacher", teacher))
 
@@ -299,6 +319,27 @@ def more_stage(cfg: PipelineConfig, work: Path, base: str, adapter: Path, done) 
         base=base, data=MORE_TEACHER, out=str(out), max_steps=cfg.more_steps, lr=cfg.more_lr, batch=cfg.sft_batch,
         modes=cfg.sft_modes, max_length=cfg.sft_max_length, threads=cfg.threads,
         bf16=cfg.bf16_autocast and cpu_has_bf16(), init_adapter=str(adapter), seed=1)))
+    return out / "adapter"
+
+
+CALLS_TEACHER = "data/teacher-calls"
+
+
+def calls_stage(cfg: PipelineConfig, work: Path, base: str, adapter: Path, done) -> Path:
+    """Teach that a later commit is optional (``<work>/calls``): the search expert replays the first ``calls_games``
+    train games committing only ``calls_commit_share`` of the later subgoal changes (at the others its next
+    environment turn's think names the new subgoal), and the adapter continues on those inline episodes. Returns the
+    continued adapter."""
+    out = work / "calls"
+    if done(out / "adapter"):
+        return out / "adapter"
+    if not done(f"{CALLS_TEACHER}/inline.jsonl"):
+        teacher_stage(cfg, work, "teacher-calls", "data/alfworld/train", CALLS_TEACHER,
+                      n_games=cfg.calls_games, commit_share=cfg.calls_commit_share)
+    sh(*stage(work, "calls-sft", "training.sft", SFTRunConfig(
+        base=base, data=CALLS_TEACHER, out=str(out), max_steps=cfg.calls_steps, lr=cfg.calls_lr, batch=cfg.sft_batch,
+        modes={"inline": 1.0, "always_on": 0.0, "env_only": 0.0}, max_length=cfg.sft_max_length,
+        threads=cfg.threads, bf16=cfg.bf16_autocast and cpu_has_bf16(), init_adapter=str(adapter), seed=2)))
     return out / "adapter"
 
 

@@ -169,3 +169,31 @@ def test_grpo_on_a_pretrained_base_trains_the_adapter_and_keeps_the_one_before_a
     assert evals[0]["model"] == str(work / "sft-policy") and evals[1]["model"] == cfg.out
     assert evals[0]["split"] == evals[1]["split"] == ["valid_unseen", "valid_seen"]
     assert evals[0]["bank"] == str(work / "sft-policy" / "bank.json") and evals[1]["bank"] == grpo_bank
+
+
+def test_calls_stage_replays_train_games_with_optional_commits_and_continues_the_adapter(tmp_path, monkeypatch):
+    cfg = pipeline.PipelineConfig(work=str(tmp_path / "work"), teacher_out=str(tmp_path / "teacher"),
+                                  out=str(tmp_path / "policy"), stages=["calls", "grpo", "export"], calls_games=9,
+                                  calls_commit_share=0.25, grpo_updates=2, grpo_no_call_share=0.5,
+                                  grpo_twin_budget=1, grpo_temperature=0.7)
+    calls = run_recorded(cfg, monkeypatch)
+    names = [name for _, name, _ in calls]
+    assert names[:5] == ["teacher-calls-shard0of2.json", "teacher-calls-shard1of2.json", "teacher-calls.json",
+                         "calls-sft.json", "grpo.json"]
+    by_name = {name: s for _, name, s in calls}
+    work = Path(cfg.work)
+    for name in names[:3]:   # every shard and the render replay the same games with the same share
+        t = by_name[name]
+        assert (t["games_dir"], t["n_games"], t["commit_share"], t["out"]) == (
+            "data/alfworld/train", 9, 0.25, pipeline.CALLS_TEACHER)
+    sft = by_name["calls-sft.json"]
+    assert (sft["init_adapter"], sft["data"], sft["max_steps"], sft["lr"]) == (
+        str(work / "sft" / "adapter"), pipeline.CALLS_TEACHER, cfg.calls_steps, cfg.calls_lr)
+    assert sft["modes"] == {"inline": 1.0, "always_on": 0.0, "env_only": 0.0}
+    grpo = by_name["grpo.json"]   # GRPO starts from the continued adapter, with the bank its recalls saw
+    assert (grpo["adapter"], grpo["bank"]) == (str(work / "calls" / "adapter"), f"{pipeline.CALLS_TEACHER}/bank.json")
+    assert (grpo["no_call_share"], grpo["twin_budget"], grpo["temperature"]) == (0.5, 1, 0.7)
+    assert by_name["export-sft.json"]["adapter"] == str(work / "calls" / "adapter")   # the baseline GRPO is judged by
+    off = run_recorded(pipeline.PipelineConfig(work=str(tmp_path / "w2"), teacher_out=str(tmp_path / "teacher"),
+                                               out=str(tmp_path / "p2"), stages=["calls", "export"]), monkeypatch)
+    assert [name for _, name, _ in off] == ["export.json", "card.json"]
