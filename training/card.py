@@ -26,6 +26,8 @@ class CardConfig:
     teacher: str = field(default="data/teacher", metadata={"help": "teacher folder (stats.json)"})
     more_teacher: str = field(default="data/teacher-more", metadata={
         "help": "teacher folder of the second train set (the pipeline's `more` stage)"})
+    calls_teacher: str = field(default="data/teacher-calls", metadata={
+        "help": "teacher folder of the pipeline's `calls` stage (episodes committing a share of the subgoals)"})
     carry: str | None = field(default=None, metadata={
         "help": "a previous MODEL_CARD.md of the same policy: sections and target rows that this work folder cannot "
                 "report (its stage reports stayed on another machine) are taken from it, marked as carried"})
@@ -94,7 +96,8 @@ def targets_section(work: Path) -> str:
     grpo_unseen = _overall(work, "grpo", "valid_unseen/inline")   # GRPO evaluated beside the shipped SFT policy
     rounds = sorted(work.glob("dagger-r*/sft_report.json"), key=lambda q: int(q.parent.name[len("dagger-r"):]))
     trained = [p for p in (work / "sft" / "sft_report.json", work / "more" / "sft_report.json") if p.exists()]
-    last = (trained + rounds or [work / "sft" / "sft_report.json"])[-1]   # the shipped adapter's training report
+    calls = [p for p in [work / "calls" / "sft_report.json"] if p.exists()]   # the calls stage runs after DAgger
+    last = (trained + rounds + calls or [work / "sft" / "sft_report.json"])[-1]   # the shipped adapter's report
     rep = _read(last) or {}
     acc = (rep.get("constrained_eval") or {}).get("exact_action")
     rows = ["| target | value | this run | |", "|---|---|---|---|"]
@@ -147,6 +150,15 @@ def more_section(work: Path, teacher: Path) -> str:
         return "not run"
     return (f"Teacher data of the second train set: {teacher_section(teacher)}\n\n"
             f"Training: {sft_section(work, 'more')}")
+
+
+def calls_section(work: Path, teacher: Path) -> str:
+    """The `calls` stage: the expert's episodes that commit only a share of the later subgoal changes, and the SFT
+    that continued the adapter on them."""
+    if not (work / "calls" / "sft_report.json").exists():
+        return "not run"
+    return (f"Teacher data (the expert commits a share of the later subgoal changes): {teacher_section(teacher)}\n\n"
+            f"Training: {sft_section(work, 'calls')}")
 
 
 def dagger_section(work: Path, teacher: Path) -> str:
@@ -280,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
                 "SFT": sft_section(work),
                 "SFT continued on more games": more_section(work, Path(args.more_teacher)),
                 "DAgger": dagger_section(work, Path(args.teacher)),
+                "SFT with fewer commits (calls)": calls_section(work, Path(args.calls_teacher)),
                 "GRPO": grpo_section(work, policy)}
     for label in ("policy", "policy-modes", "sft", "grpo"):
         md = work / f"eval-{label}" / "eval.md"

@@ -284,7 +284,7 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
     (work / "pipeline.json").write_text(json.dumps({"config": asdict(cfg), "seconds": seconds, "ran": RAN}, indent=1))
     if "export" in cfg.stages:
         sh(*stage(work, "card", "training.card", CardConfig(
-            policy=cfg.out, work=str(work), teacher=cfg.teacher_out,
+            policy=cfg.out, work=str(work), teacher=cfg.teacher_out, calls_teacher=CALLS_TEACHER,
             remarks=cfg.remarks if cfg.remarks and Path(cfg.remarks).exists() else None)))
 
 

@@ -95,3 +95,25 @@ def test_the_make_policy_row_is_read_from_the_run_and_counts_only_a_whole_run(tm
     assert "| ≤ 150 min | 158 min | missed |" in targets_section(tmp_path)
     (tmp_path / "pipeline.json").write_text(json.dumps({"seconds": 600.0, "ran": ran[3:]}))   # SFT reused
     assert "(some stages were reused, not rerun) | not measured |" in targets_section(tmp_path)
+
+
+def test_the_held_out_row_reads_the_last_stage_that_trained_the_shipped_adapter(tmp_path):
+    import json
+
+    from training.card import calls_section, targets_section
+
+    def report(folder: str, exact: float) -> None:
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "sft_report.json").write_text(json.dumps({
+            "config": {"max_steps": 24, "batch": 4, "lr": 1e-4, "modes": {"inline": 1.0}, "init_adapter": "a"},
+            "log": [{"loss": 0.02}, {"loss": 0.01}], "seconds": 10.0, "constrained_eval": {"exact_action": exact}}))
+
+    assert calls_section(tmp_path, tmp_path / "teacher") == "not run"
+    report("more", 0.933)
+    assert "| held-out constrained exact action after SFT (more) | ≥ 95 % | 93.3 % | missed |" in targets_section(
+        tmp_path)
+    report("calls", 0.967)
+    assert "| held-out constrained exact action after SFT (calls) | ≥ 95 % | 96.7 % | met |" in targets_section(
+        tmp_path)
+    text = calls_section(tmp_path, tmp_path / "teacher")
+    assert "SFT steps 24 × 4 episodes" in text and "Loss 0.020 → 0.010" in text
