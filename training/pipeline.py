@@ -102,6 +102,9 @@ class PipelineConfig:
         "help": "share of the later subgoal changes the calls stage's expert commits (training.teacher)"})
     calls_steps: int = field(default=24, metadata={"help": "SFT steps of the calls stage (sft_batch episodes each)"})
     calls_lr: float = field(default=1e-4, metadata={"help": "peak learning rate of the calls stage"})
+    calls_heldout_games: int = field(default=4, metadata={
+        "help": "the calls stage's held-out games: the last ones of the train plan, which the sft stage held out "
+                "and no stage trained on (the calls stage's own games are games the sft stage trained on)"})
     grpo_updates: int = field(default=0, metadata={
         "help": "GRPO updates; 0: no GRPO stage (on a pretrained base: training.grpo_episodes on the adapter)"})
     grpo_group: int = field(default=4, metadata={"help": "GRPO rollouts per game"})
@@ -322,22 +325,33 @@ def more_stage(cfg: PipelineConfig, work: Path, base: str, adapter: Path, done) 
     return out / "adapter"
 
 
-CALLS_TEACHER = "data/teacher-calls"
+CALLS_TEACHER, CALLS_HELDOUT = "data/teacher-calls", "data/teacher-calls-heldout"
 
 
 def calls_stage(cfg: PipelineConfig, work: Path, base: str, adapter: Path, done) -> Path:
     """Teach that a later commit is optional (``<work>/calls``): the search expert replays the first ``calls_games``
     train games committing only ``calls_commit_share`` of the later subgoal changes (at the others its next
-    environment turn's think names the new subgoal), and the adapter continues on those inline episodes. Returns the
-    continued adapter."""
+    environment turn's think names the new subgoal), and the adapter continues on those inline episodes. The sft stage
+    trained on those games, so the held-out turns come from the train plan's last ``calls_heldout_games`` games
+    (held out by the sft stage too), played by the same expert. Returns the continued adapter."""
     out = work / "calls"
     if done(out / "adapter"):
         return out / "adapter"
     if not done(f"{CALLS_TEACHER}/inline.jsonl"):
         teacher_stage(cfg, work, "teacher-calls", "data/alfworld/train", CALLS_TEACHER,
                       n_games=cfg.calls_games, commit_share=cfg.calls_commit_share)
+    heldout = None
+    if cfg.calls_heldout_games:   # the whole train plan (cached when the games stage made it), for its last games
+        sh(*stage(work, "generate-train", "training.envs.alfworld.generate", GenerateConfig(
+            split="train", count=cfg.train_games, verify=cfg.verify_train_games)))
+        if not done(f"{CALLS_HELDOUT}/inline.jsonl"):
+            teacher_stage(cfg, work, "teacher-calls-heldout", "data/alfworld/train", CALLS_HELDOUT,
+                          first_game=cfg.train_games - cfg.calls_heldout_games, n_games=cfg.calls_heldout_games,
+                          commit_share=cfg.calls_commit_share)
+        heldout = CALLS_HELDOUT
     sh(*stage(work, "calls-sft", "training.sft", SFTRunConfig(
-        base=base, data=CALLS_TEACHER, out=str(out), max_steps=cfg.calls_steps, lr=cfg.calls_lr, batch=cfg.sft_batch,
+        base=base, data=CALLS_TEACHER, holdout_data=heldout, out=str(out), max_steps=cfg.calls_steps,
+        lr=cfg.calls_lr, batch=cfg.sft_batch,
         modes={"inline": 1.0, "always_on": 0.0, "env_only": 0.0}, max_length=cfg.sft_max_length,
         threads=cfg.threads, bf16=cfg.bf16_autocast and cpu_has_bf16(), init_adapter=str(adapter), seed=2)))
     return out / "adapter"

@@ -59,6 +59,9 @@ class SFTRunConfig:
     lora_from_layer: int = field(default=0, metadata={"help": "first decoder layer with adapters"})
     bf16: bool = field(default=False, metadata={"help": "bf16 (only where the CPU has bf16 instructions, or a GPU)"})
     holdout_games: int = field(default=4, metadata={"help": "games held out for constrained accuracy"})
+    holdout_data: str | None = field(default=None, metadata={
+        "help": "teacher folder whose games are all held out (its inline expert turns are the held-out turns, and "
+                "none of data's games is held out): for a stage whose own games an earlier stage trained on"})
     eval_turns: int = field(default=60, metadata={"help": "held-out turns decoded under the grammar"})
     seed: int = field(default=0, metadata={"help": "seed"})
     threads: int = field(default=2, metadata={"help": "torch threads"})
@@ -111,17 +114,21 @@ def tokenize_episode(tok, ep: dict, max_length: int, lm: bool = False, with_span
 
 
 def load_rows(cfg: SFTRunConfig) -> tuple[list[dict], list[dict]]:
-    """(train rows, held-out rows): the last ``holdout_games`` games of each mode are held out; a share of the
-    other games' episodes is kept per mode."""
+    """(train rows, held-out rows): the last ``holdout_games`` games of each mode are held out (or, with
+    ``holdout_data``, that folder's inline episodes are); a share of the other games' episodes is kept per mode."""
     rnd = random.Random(cfg.seed)
     train, held = [], []
+    if cfg.holdout_data:
+        rows = map(json.loads, (Path(cfg.holdout_data) / "inline.jsonl").read_text().splitlines())
+        held = [r for r in rows if r.get("source", "search") != "dagger"]
     for mode, share in cfg.modes.items():
         path = Path(cfg.data) / f"{mode}.jsonl"
         if not path.exists() or share <= 0:
             continue
         rows = [json.loads(line) for line in path.read_text().splitlines()]
         games = sorted({r["game"] for r in rows})
-        held_games = set(games[-cfg.holdout_games:]) if 0 < cfg.holdout_games < len(games) else set()
+        n_held = 0 if cfg.holdout_data else cfg.holdout_games
+        held_games = set(games[-n_held:]) if 0 < n_held < len(games) else set()
         kept = {g for g in games if g not in held_games and rnd.random() < share}
         for r in rows:
             if r["game"] in held_games:

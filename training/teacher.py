@@ -55,6 +55,8 @@ class TeacherConfig:
     split: str = field(default="train", metadata={"help": "ALFWorld split whose games the expert plays"})
     n_games: int | None = field(default=None, metadata={"help": "first N games (all when not given)",
                                                          "aliases": ["--n"]})
+    first_game: int = field(default=0, metadata={
+        "help": "index of the first game played (with n_games: games first_game .. first_game+n_games-1)"})
     out: str = field(default="data/teacher", metadata={"help": "output folder"})
     max_env_steps: int = field(default=50, metadata={"help": "expert step budget per game"})
     window: int = field(default=8, metadata={"help": "episodes per bank consolidation window"})
@@ -261,9 +263,9 @@ def run(cfg: TeacherConfig) -> dict:
     if cfg.games_dir:
         from training.envs.alfworld.paths import list_games
         games = [g for g in list_games(cfg.games_dir) if not g.name.startswith(".")]
-        games = games[:cfg.n_games]
     else:
-        games = split_games(cfg.split, cfg.n_games)
+        games = split_games(cfg.split)
+    games = games[cfg.first_game:][:cfg.n_games]
     if cfg.shard:  # "i/k": every k-th game from i (parallel collectors write separate files)
         i, k = map(int, cfg.shard.split("/"))
         games = games[i::k]

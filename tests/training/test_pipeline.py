@@ -178,17 +178,24 @@ def test_calls_stage_replays_train_games_with_optional_commits_and_continues_the
                                   grpo_twin_budget=1, grpo_temperature=0.7)
     calls = run_recorded(cfg, monkeypatch)
     names = [name for _, name, _ in calls]
-    assert names[:5] == ["teacher-calls-shard0of2.json", "teacher-calls-shard1of2.json", "teacher-calls.json",
-                         "calls-sft.json", "grpo.json"]
+    assert names[:9] == ["teacher-calls-shard0of2.json", "teacher-calls-shard1of2.json", "teacher-calls.json",
+                         "generate-train.json", "teacher-calls-heldout-shard0of2.json",
+                         "teacher-calls-heldout-shard1of2.json", "teacher-calls-heldout.json", "calls-sft.json",
+                         "grpo.json"]
     by_name = {name: s for _, name, s in calls}
     work = Path(cfg.work)
     for name in names[:3]:   # every shard and the render replay the same games with the same share
         t = by_name[name]
-        assert (t["games_dir"], t["n_games"], t["commit_share"], t["out"]) == (
-            "data/alfworld/train", 9, 0.25, pipeline.CALLS_TEACHER)
+        assert (t["games_dir"], t["n_games"], t["first_game"], t["commit_share"], t["out"]) == (
+            "data/alfworld/train", 9, 0, 0.25, pipeline.CALLS_TEACHER)
+    assert by_name["generate-train.json"]["count"] == cfg.train_games   # the whole plan, for its last games
+    for name in names[4:7]:  # held out: the plan's last games, which the sft stage held out too
+        t = by_name[name]
+        assert (t["first_game"], t["n_games"], t["commit_share"], t["out"]) == (
+            cfg.train_games - cfg.calls_heldout_games, cfg.calls_heldout_games, 0.25, pipeline.CALLS_HELDOUT)
     sft = by_name["calls-sft.json"]
-    assert (sft["init_adapter"], sft["data"], sft["max_steps"], sft["lr"]) == (
-        str(work / "sft" / "adapter"), pipeline.CALLS_TEACHER, cfg.calls_steps, cfg.calls_lr)
+    assert (sft["init_adapter"], sft["data"], sft["holdout_data"], sft["max_steps"], sft["lr"]) == (
+        str(work / "sft" / "adapter"), pipeline.CALLS_TEACHER, pipeline.CALLS_HELDOUT, cfg.calls_steps, cfg.calls_lr)
     assert sft["modes"] == {"inline": 1.0, "always_on": 0.0, "env_only": 0.0}
     grpo = by_name["grpo.json"]   # GRPO starts from the continued adapter, with the bank its recalls saw
     assert (grpo["adapter"], grpo["bank"]) == (str(work / "calls" / "adapter"), f"{pipeline.CALLS_TEACHER}/bank.json")

@@ -80,3 +80,23 @@ def test_dagger_cap_keeps_the_first_sequences_of_each_dagger_episode():
     assert [(e["source"], e["game"], e["i"]) for e in kept] == (
         [("dagger", "g1", i) for i in range(3)] + [("dagger", "g2", i) for i in range(2)]
         + [("search", "g1", i) for i in range(6)])
+
+
+def test_holdout_data_replaces_the_last_games_as_the_held_out_turns(tmp_path):
+    import json
+
+    from training.sft import SFTRunConfig, load_rows
+
+    def teacher(folder: str, games: list[str]) -> str:
+        (tmp_path / folder).mkdir()
+        rows = [r for g in games for r in _rows(g, "search", [("a", "1"), ("b", "2")])]
+        (tmp_path / folder / "inline.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return str(tmp_path / folder)
+
+    data = teacher("calls", [f"g{i}" for i in range(6)])
+    cfg = SFTRunConfig(data=data, modes={"inline": 1.0}, holdout_games=2)
+    train, held = load_rows(cfg)
+    assert {r["game"] for r in held} == {"g4", "g5"} and {r["game"] for r in train} == {"g0", "g1", "g2", "g3"}
+    cfg.holdout_data = teacher("heldout", ["h0"])
+    train, held = load_rows(cfg)
+    assert {r["game"] for r in held} == {"h0"} and len({r["game"] for r in train}) == 6
