@@ -333,7 +333,8 @@ def calls_stage(cfg: PipelineConfig, work: Path, base: str, adapter: Path, done)
     train games committing only ``calls_commit_share`` of the later subgoal changes (at the others its next
     environment turn's think names the new subgoal), and the adapter continues on those inline episodes. The sft stage
     trained on those games, so the held-out turns come from the train plan's last ``calls_heldout_games`` games
-    (held out by the sft stage too), played by the same expert. Returns the continued adapter."""
+    (held out by the sft stage too), played by the same expert from the bank the policy is served with. Returns the
+    continued adapter."""
     out = work / "calls"
     if done(out / "adapter"):
         return out / "adapter"
@@ -347,7 +348,7 @@ def calls_stage(cfg: PipelineConfig, work: Path, base: str, adapter: Path, done)
         if not done(f"{CALLS_HELDOUT}/inline.jsonl"):
             teacher_stage(cfg, work, "teacher-calls-heldout", "data/alfworld/train", CALLS_HELDOUT,
                           first_game=cfg.train_games - cfg.calls_heldout_games, n_games=cfg.calls_heldout_games,
-                          commit_share=cfg.calls_commit_share)
+                          commit_share=cfg.calls_commit_share, initial_bank=f"{CALLS_TEACHER}/bank.json")
         heldout = CALLS_HELDOUT
     sh(*stage(work, "calls-sft", "training.sft", SFTRunConfig(
         base=base, data=CALLS_TEACHER, holdout_data=heldout, out=str(out), max_steps=cfg.calls_steps,

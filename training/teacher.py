@@ -60,6 +60,9 @@ class TeacherConfig:
     out: str = field(default="data/teacher", metadata={"help": "output folder"})
     max_env_steps: int = field(default=50, metadata={"help": "expert step budget per game"})
     window: int = field(default=8, metadata={"help": "episodes per bank consolidation window"})
+    initial_bank: str | None = field(default=None, metadata={
+        "help": "bank.json the Experience bank starts from (default: empty), e.g. the bank a policy is served with, "
+                "so that held-out episodes recall what a served episode recalls"})
     harness_cap: int = field(default=3, metadata={"help": "harness calls allowed per step (as the service default)"})
     commit_share: float = field(default=1.0, metadata={
         "help": "share of the subgoal changes after the first turn that the inline teacher commits (drawn per "
@@ -213,9 +216,10 @@ def render_episode(traj: dict, mode: str, bank: dict, harness_cap: int = 3,
 
 
 def render_mode(trajs: list[dict], mode: str, window: int = 8, harness_cap: int = 3,
-                commit_share: float = 1.0) -> tuple[list[dict], dict]:
-    """Render all trajectories in order, consolidating the bank every ``window`` episodes."""
-    bank, pending, samples, stamp = new_bank(), [], [], 0
+                commit_share: float = 1.0, bank: dict | None = None) -> tuple[list[dict], dict]:
+    """Render all trajectories in order, consolidating the bank (``bank``, default empty) every ``window``
+    episodes."""
+    bank, pending, samples, stamp = bank or new_bank(), [], [], 0
     for traj in trajs:
         rows, ev = render_episode(traj, mode, bank, harness_cap, commit_share)
         samples += rows
@@ -301,7 +305,8 @@ def run(cfg: TeacherConfig) -> dict:
                          for e in ("search", "dagger", "handcoded", "planner", "walkthrough")},
              "modes": {}}
     for mode in MODES:
-        samples, bank = render_mode(kept, mode, cfg.window, cfg.harness_cap, cfg.commit_share)
+        start = json.loads(Path(cfg.initial_bank).read_text()) if cfg.initial_bank else None
+        samples, bank = render_mode(kept, mode, cfg.window, cfg.harness_cap, cfg.commit_share, start)
         (out / f"{mode}.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
         stats["modes"][mode] = {**share_stats(samples), "bank_entries": len(bank["entries"])}
         if mode == "inline":

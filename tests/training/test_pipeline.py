@@ -191,8 +191,9 @@ def test_calls_stage_replays_train_games_with_optional_commits_and_continues_the
     assert by_name["generate-train.json"]["count"] == cfg.train_games   # the whole plan, for its last games
     for name in names[4:7]:  # held out: the plan's last games, which the sft stage held out too
         t = by_name[name]
-        assert (t["first_game"], t["n_games"], t["commit_share"], t["out"]) == (
-            cfg.train_games - cfg.calls_heldout_games, cfg.calls_heldout_games, 0.25, pipeline.CALLS_HELDOUT)
+        assert (t["first_game"], t["n_games"], t["commit_share"], t["out"], t["initial_bank"]) == (
+            cfg.train_games - cfg.calls_heldout_games, cfg.calls_heldout_games, 0.25, pipeline.CALLS_HELDOUT,
+            f"{pipeline.CALLS_TEACHER}/bank.json")
     sft = by_name["calls-sft.json"]
     assert (sft["init_adapter"], sft["data"], sft["holdout_data"], sft["max_steps"], sft["lr"]) == (
         str(work / "sft" / "adapter"), pipeline.CALLS_TEACHER, pipeline.CALLS_HELDOUT, cfg.calls_steps, cfg.calls_lr)

@@ -125,3 +125,13 @@ def test_commit_share_leaves_some_subgoal_changes_to_the_think():
     assert none[take + 1]["kind"] == "env"
     assert none[take + 1]["completion"].startswith("<think>put apple on countertop</think>")
     assert commits(0.5) == commits(0.5)
+
+
+def test_rendering_from_a_served_bank_recalls_what_it_knows():
+    from training.teacher import render_mode
+
+    def verbs(bank):
+        samples, _ = render_mode([trajectory()], "inline", bank=bank)
+        return [v for v, _ in calls(samples)]
+
+    assert "recall" not in verbs(None) and "recall" in verbs(bank_knowing_apple())
