@@ -134,4 +134,6 @@ def test_rendering_from_a_served_bank_recalls_what_it_knows():
         samples, _ = render_mode([trajectory()], "inline", bank=bank)
         return [v for v, _ in calls(samples)]
 
-    assert "recall" not in verbs(None) and "recall" in verbs(bank_knowing_apple())
+    served = bank_knowing_apple()   # a whole entry, as the evolver writes it (it consolidates after the episode)
+    served["entries"]["e1"].update(failures=0, pinned=False, data={}, created_in=0, updated_in=0)
+    assert "recall" not in verbs(None) and "recall" in verbs(served)
