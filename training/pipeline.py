@@ -76,6 +76,10 @@ class PipelineConfig:
     more_seed: int = field(default=8008, metadata={"help": "generator seed of the second train set"})
     more_steps: int = field(default=60, metadata={"help": "SFT steps on the second set (sft_batch episodes each)"})
     more_lr: float = field(default=2e-4, metadata={"help": "peak learning rate on the second set"})
+    more_rounds: int = field(default=1, metadata={
+        "help": "rounds of the more stage: round r plays the next more_games games of the second set's plan "
+                "(games (r-1)*more_games ..) and continues the previous round's adapter more_steps on them alone "
+                "(more_rounds * more_games <= more_plan)"})
     dagger_rounds: int = field(default=0, metadata={
         "help": "DAgger rounds after SFT: the policy plays train games, the search expert labels the states it "
                 "reaches, the adapter trains dagger_steps more on those labels plus a share of the expert's "
@@ -227,8 +231,7 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
     adapter = work / "sft" / "adapter"
     bank = f"{cfg.teacher_out}/bank.json"
     if pretrained and "more" in cfg.stages and cfg.more_games:
-        adapter = more_stage(cfg, work, base, adapter, done)
-        bank = f"{MORE_TEACHER}/bank.json"   # the bank the continued adapter's recalls were rendered with
+        adapter, bank = more_stage(cfg, work, base, adapter, done)   # bank: the one its recalls were rendered with
     if pretrained and "dagger" in cfg.stages:
         adapter = dagger_rounds(cfg, work, base, adapter, done)
     if pretrained and "calls" in cfg.stages and cfg.calls_games:
@@ -306,23 +309,35 @@ def teacher_stage(cfg: PipelineConfig, work: Path, label: str, games_dir: str, o
 MORE_GAMES, MORE_TEACHER = "data/alfworld-more", "data/teacher-more"
 
 
-def more_stage(cfg: PipelineConfig, work: Path, base: str, adapter: Path, done) -> Path:
-    """More demonstrations without a second SFT from scratch: generate ``more_games`` train games with another seed,
-    let the search expert play them, and continue the adapter on those episodes (``<work>/more``). Its held-out games
-    are games of the new set, which no stage trained on. Returns the continued adapter."""
-    out = work / "more"
-    if done(out / "adapter"):
-        return out / "adapter"
-    sh(*stage(work, "generate-more", "training.envs.alfworld.generate", GenerateConfig(
-        split="train", count=cfg.more_plan, first=cfg.more_games, seed=cfg.more_seed, out=Path(MORE_GAMES),
-        verify=cfg.verify_train_games)))
-    if not done(f"{MORE_TEACHER}/inline.jsonl"):
-        teacher_stage(cfg, work, "teacher-more", f"{MORE_GAMES}/train", MORE_TEACHER)
-    sh(*stage(work, "more-sft", "training.sft", SFTRunConfig(
-        base=base, data=MORE_TEACHER, out=str(out), max_steps=cfg.more_steps, lr=cfg.more_lr, batch=cfg.sft_batch,
-        modes=cfg.sft_modes, max_length=cfg.sft_max_length, threads=cfg.threads,
-        bf16=cfg.bf16_autocast and cpu_has_bf16(), init_adapter=str(adapter), seed=1)))
-    return out / "adapter"
+def more_stage(cfg: PipelineConfig, work: Path, base: str, adapter: Path, done) -> tuple[Path, str]:
+    """More demonstrations without a second SFT from scratch: generate train games with another seed, let the search
+    expert play them, and continue the adapter on those episodes, ``more_games`` new games per round (round 1:
+    ``<work>/more`` on ``data/teacher-more``; round r: ``<work>/more-r<r>`` on ``data/teacher-more-r<r>``, whose bank
+    starts from the round before's). Each round's held-out games are its last games, which no stage trained on.
+    Returns the last round's adapter and the bank its episodes were rendered with."""
+    bank = None
+    for r in range(1, cfg.more_rounds + 1):
+        tag = "" if r == 1 else f"-r{r}"
+        out, teacher = work / f"more{tag}", more_teacher(r)
+        if not done(out / "adapter"):
+            sh(*stage(work, f"generate-more{tag}", "training.envs.alfworld.generate", GenerateConfig(
+                split="train", count=cfg.more_plan, first=r * cfg.more_games, seed=cfg.more_seed,
+                out=Path(MORE_GAMES), verify=cfg.verify_train_games)))
+            if not done(f"{teacher}/inline.jsonl"):
+                teacher_stage(cfg, work, f"teacher-more{tag}", f"{MORE_GAMES}/train", teacher,
+                              **({} if r == 1 else {"first_game": (r - 1) * cfg.more_games,
+                                                    "n_games": cfg.more_games, "initial_bank": bank}))
+            sh(*stage(work, f"more{tag}-sft", "training.sft", SFTRunConfig(
+                base=base, data=teacher, out=str(out), max_steps=cfg.more_steps, lr=cfg.more_lr,
+                batch=cfg.sft_batch, modes=cfg.sft_modes, max_length=cfg.sft_max_length, threads=cfg.threads,
+                bf16=cfg.bf16_autocast and cpu_has_bf16(), init_adapter=str(adapter), seed=r)))
+        adapter, bank = out / "adapter", f"{teacher}/bank.json"
+    return adapter, bank
+
+
+def more_teacher(r: int) -> str:
+    """The teacher folder of the more stage's round ``r``."""
+    return MORE_TEACHER if r == 1 else f"{MORE_TEACHER}-r{r}"
 
 
 CALLS_TEACHER, CALLS_HELDOUT = "data/teacher-calls", "data/teacher-calls-heldout"

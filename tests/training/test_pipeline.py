@@ -11,13 +11,13 @@ from pathlib import Path
 from training import pipeline
 
 
-def run_recorded(cfg: pipeline.PipelineConfig, monkeypatch) -> list[tuple[str, str, dict]]:
+def run_recorded(cfg: pipeline.PipelineConfig, monkeypatch, force: bool = True) -> list[tuple[str, str, dict]]:
     """Run the pipeline with the stage commands recorded instead of run: (module, config file name, settings as the
     stage's parser reads them from the file)."""
     calls = []
     monkeypatch.setattr(pipeline, "sh", lambda *args: calls.append(args))
     monkeypatch.setattr(pipeline, "sh_parallel", lambda commands: calls.extend(map(tuple, commands)))
-    pipeline.run(cfg, force=True)
+    pipeline.run(cfg, force=force)
     out = []
     for module, flag, path in calls:
         assert flag == "--config" and Path(path).parent == Path(cfg.work) / "configs", (module, flag, path)
@@ -142,6 +142,30 @@ def test_more_stage_generates_a_second_train_set_and_continues_the_sft_adapter_o
                                                out=str(tmp_path / "p2"), stages=["more", "export"], more_games=0),
                        monkeypatch)
     assert [name for _, name, _ in off] == ["export.json", "card.json"]
+
+
+def test_a_second_more_round_plays_the_plan_s_next_games_from_the_first_round_s_bank(tmp_path, monkeypatch):
+    cfg = pipeline.PipelineConfig(work=str(tmp_path / "work"), teacher_out=str(tmp_path / "teacher"),
+                                  out=str(tmp_path / "policy"), stages=["more", "export"], more_games=7,
+                                  more_rounds=2)
+    (Path(cfg.work) / "more" / "adapter").mkdir(parents=True)   # round 1 is done
+    monkeypatch.chdir(tmp_path)   # the teacher folders are relative: none of them is here
+    calls = run_recorded(cfg, monkeypatch, force=False)
+    by_name = {name: s for _, name, s in calls}
+    assert [name for _, name, _ in calls] == ["generate-more-r2.json", "teacher-more-r2-shard0of2.json",
+                                              "teacher-more-r2-shard1of2.json", "teacher-more-r2.json",
+                                              "more-r2-sft.json", "export.json", "card.json"]
+    assert by_name["generate-more-r2.json"]["first"] == 14
+    r2 = pipeline.more_teacher(2)
+    for name in ("teacher-more-r2-shard0of2.json", "teacher-more-r2.json"):
+        t = by_name[name]
+        assert (t["first_game"], t["n_games"], t["initial_bank"], t["out"]) == (
+            7, 7, f"{pipeline.MORE_TEACHER}/bank.json", r2)
+    work = Path(cfg.work)
+    sft = by_name["more-r2-sft.json"]
+    assert (sft["init_adapter"], sft["data"], sft["out"]) == (str(work / "more" / "adapter"), r2, str(work / "more-r2"))
+    assert (by_name["export.json"]["adapter"], by_name["export.json"]["bank"]) == (
+        str(work / "more-r2" / "adapter"), f"{r2}/bank.json")
 
 
 def test_grpo_on_a_pretrained_base_trains_the_adapter_and_keeps_the_one_before_as_the_baseline(tmp_path, monkeypatch):
