@@ -95,7 +95,9 @@ def targets_section(work: Path) -> str:
     sft_unseen = _overall(work, "sft", "valid_unseen/inline")
     grpo_unseen = _overall(work, "grpo", "valid_unseen/inline")   # GRPO evaluated beside the shipped SFT policy
     rounds = sorted(work.glob("dagger-r*/sft_report.json"), key=lambda q: int(q.parent.name[len("dagger-r"):]))
+    more_rounds = sorted(work.glob("more-r*/sft_report.json"), key=lambda q: int(q.parent.name[len("more-r"):]))
     trained = [p for p in (work / "sft" / "sft_report.json", work / "more" / "sft_report.json") if p.exists()]
+    trained += more_rounds
     calls = [p for p in [work / "calls" / "sft_report.json"] if p.exists()]   # the calls stage runs after DAgger
     last = (trained + rounds + calls or [work / "sft" / "sft_report.json"])[-1]   # the shipped adapter's report
     rep = _read(last) or {}
@@ -150,6 +152,16 @@ def more_section(work: Path, teacher: Path) -> str:
         return "not run"
     return (f"Teacher data of the second train set: {teacher_section(teacher)}\n\n"
             f"Training: {sft_section(work, 'more')}")
+
+
+def more_rounds_section(work: Path, more_teacher: Path) -> str:
+    """The `more` stage's rounds after the first (``<work>/more-r<r>``, teacher ``<more_teacher>-r<r>``)."""
+    parts, r = [], 2
+    while (work / f"more-r{r}" / "sft_report.json").exists():
+        parts.append(f"**Round {r}.** Teacher data: {teacher_section(Path(f'{more_teacher}-r{r}'))}\n\n"
+                     f"Training: {sft_section(work, f'more-r{r}')}")
+        r += 1
+    return "\n\n".join(parts) or "not run"
 
 
 def calls_section(work: Path, teacher: Path) -> str:
@@ -291,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
                 "Teacher data": teacher_section(Path(args.teacher)),
                 "SFT": sft_section(work),
                 "SFT continued on more games": more_section(work, Path(args.more_teacher)),
+                "SFT continued on more games, later rounds": more_rounds_section(work, Path(args.more_teacher)),
                 "DAgger": dagger_section(work, Path(args.teacher)),
                 "SFT with fewer commits (calls)": calls_section(work, Path(args.calls_teacher)),
                 "GRPO": grpo_section(work, policy)}

@@ -100,7 +100,7 @@ def test_the_make_policy_row_is_read_from_the_run_and_counts_only_a_whole_run(tm
 def test_the_held_out_row_reads_the_last_stage_that_trained_the_shipped_adapter(tmp_path):
     import json
 
-    from training.card import calls_section, targets_section
+    from training.card import calls_section, more_rounds_section, targets_section
 
     def report(folder: str, exact: float) -> None:
         (tmp_path / folder).mkdir()
@@ -112,8 +112,12 @@ def test_the_held_out_row_reads_the_last_stage_that_trained_the_shipped_adapter(
     report("more", 0.933)
     assert "| held-out constrained exact action after SFT (more) | ≥ 95 % | 93.3 % | missed |" in targets_section(
         tmp_path)
+    report("more-r2", 0.95)
+    assert "| held-out constrained exact action after SFT (more-r2) | ≥ 95 % | 95.0 % | met |" in targets_section(
+        tmp_path)
     report("calls", 0.967)
     assert "| held-out constrained exact action after SFT (calls) | ≥ 95 % | 96.7 % | met |" in targets_section(
         tmp_path)
+    assert "**Round 2.** Teacher data: not available" in more_rounds_section(tmp_path, tmp_path / "teacher-more")
     text = calls_section(tmp_path, tmp_path / "teacher")
     assert "SFT steps 24 × 4 episodes" in text and "Loss 0.020 → 0.010" in text
