@@ -79,7 +79,8 @@ class PipelineConfig:
     more_rounds: int = field(default=1, metadata={
         "help": "rounds of the more stage: round r plays the next more_games games of the second set's plan "
                 "(games (r-1)*more_games ..) and continues the previous round's adapter more_steps on them alone "
-                "(more_rounds * more_games <= more_plan)"})
+                "(more_rounds * more_games <= more_plan; session 21: round 2 at more_lr 2e-4 reached 98.3 pct held-out "
+                "exact action but won 108/134 valid_unseen against round 1's 115)"})
     dagger_rounds: int = field(default=0, metadata={
         "help": "DAgger rounds after SFT: the policy plays train games, the search expert labels the states it "
                 "reaches, the adapter trains dagger_steps more on those labels plus a share of the expert's "
@@ -101,7 +102,8 @@ class PipelineConfig:
         "help": "the calls stage (off at 0): the search expert plays this many train games committing only "
                 "calls_commit_share of the later subgoal changes, and the adapter continues calls_steps on those "
                 "inline episodes, so a later commit is a choice GRPO can drop rather than the only way the policy "
-                "moves on (session 18: 160 games, 29/32 won either way; with 2 calls allowed 15/16 against 10/16)"})
+                "moves on (session 18: 160 games, 29/32 won either way; with 2 calls allowed 15/16 against 10/16; "
+                "session 21, through the pipeline: 50/64 valid_unseen, 3.50 calls, held-out exact 89.8 pct)"})
     calls_commit_share: float = field(default=0.5, metadata={
         "help": "share of the later subgoal changes the calls stage's expert commits (training.teacher)"})
     calls_steps: int = field(default=24, metadata={"help": "SFT steps of the calls stage (sft_batch episodes each)"})
