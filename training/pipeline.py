@@ -81,6 +81,9 @@ class PipelineConfig:
                 "(games (r-1)*more_games ..) and continues the previous round's adapter more_steps on them alone "
                 "(more_rounds * more_games <= more_plan; session 21: round 2 at more_lr 2e-4 reached 98.3 pct held-out "
                 "exact action but won 108/134 valid_unseen against round 1's 115)"})
+    more_replay: bool = field(default=False, metadata={
+        "help": "a later more round trains on the episodes of every round so far (training.sft --replay-data), not "
+                "on its own games alone"})
     dagger_rounds: int = field(default=0, metadata={
         "help": "DAgger rounds after SFT: the policy plays train games, the search expert labels the states it "
                 "reaches, the adapter trains dagger_steps more on those labels plus a share of the expert's "
@@ -315,7 +318,8 @@ def more_stage(cfg: PipelineConfig, work: Path, base: str, adapter: Path, done) 
     """More demonstrations without a second SFT from scratch: generate train games with another seed, let the search
     expert play them, and continue the adapter on those episodes, ``more_games`` new games per round (round 1:
     ``<work>/more`` on ``data/teacher-more``; round r: ``<work>/more-r<r>`` on ``data/teacher-more-r<r>``, whose bank
-    starts from the round before's). Each round's held-out games are its last games, which no stage trained on.
+    starts from the round before's; with ``more_replay`` it trains on the earlier rounds' episodes too). Each round's
+    held-out games are its last games, which no stage trained on.
     Returns the last round's adapter and the bank its episodes were rendered with."""
     bank = None
     for r in range(1, cfg.more_rounds + 1):
@@ -332,7 +336,8 @@ def more_stage(cfg: PipelineConfig, work: Path, base: str, adapter: Path, done) 
             sh(*stage(work, f"more{tag}-sft", "training.sft", SFTRunConfig(
                 base=base, data=teacher, out=str(out), max_steps=cfg.more_steps, lr=cfg.more_lr,
                 batch=cfg.sft_batch, modes=cfg.sft_modes, max_length=cfg.sft_max_length, threads=cfg.threads,
-                bf16=cfg.bf16_autocast and cpu_has_bf16(), init_adapter=str(adapter), seed=r)))
+                bf16=cfg.bf16_autocast and cpu_has_bf16(), init_adapter=str(adapter), seed=r,
+                replay_data=[more_teacher(k) for k in range(1, r)] if cfg.more_replay else [])))
         adapter, bank = out / "adapter", f"{teacher}/bank.json"
     return adapter, bank
 

@@ -62,6 +62,9 @@ class SFTRunConfig:
     holdout_data: str | None = field(default=None, metadata={
         "help": "teacher folder whose games are all held out (its inline expert turns are the held-out turns, and "
                 "none of data's games is held out): for a stage whose own games an earlier stage trained on"})
+    replay_data: list[str] = field(default_factory=list, metadata={
+        "help": "more teacher folders whose episodes are trained on beside data's, at the same mode shares (none of "
+                "their games is held out): a continued adapter rehearses what it learned before"})
     eval_turns: int = field(default=60, metadata={"help": "held-out turns decoded under the grammar"})
     seed: int = field(default=0, metadata={"help": "seed"})
     threads: int = field(default=2, metadata={"help": "torch threads"})
@@ -115,7 +118,8 @@ def tokenize_episode(tok, ep: dict, max_length: int, lm: bool = False, with_span
 
 def load_rows(cfg: SFTRunConfig) -> tuple[list[dict], list[dict]]:
     """(train rows, held-out rows): the last ``holdout_games`` games of each mode are held out (or, with
-    ``holdout_data``, that folder's inline episodes are); a share of the other games' episodes is kept per mode."""
+    ``holdout_data``, that folder's inline episodes are); a share of the other games' episodes is kept per mode, and
+    the same share of each ``replay_data`` folder's."""
     rnd = random.Random(cfg.seed)
     train, held = [], []
     if cfg.holdout_data:
@@ -136,6 +140,11 @@ def load_rows(cfg: SFTRunConfig) -> tuple[list[dict], list[dict]]:
                     held.append(r)
             elif r["game"] in kept:
                 train.append(r)
+        for folder in cfg.replay_data:
+            path = Path(folder) / f"{mode}.jsonl"
+            rows = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+            kept = {g for g in sorted({r["game"] for r in rows}) if rnd.random() < share}
+            train += [r for r in rows if r["game"] in kept]
     return train, held
 
 

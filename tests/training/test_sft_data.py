@@ -100,3 +100,25 @@ def test_holdout_data_replaces_the_last_games_as_the_held_out_turns(tmp_path):
     cfg.holdout_data = teacher("heldout", ["h0"])
     train, held = load_rows(cfg)
     assert {r["game"] for r in held} == {"h0"} and len({r["game"] for r in train}) == 6
+
+
+def test_replay_data_is_trained_on_beside_data_and_none_of_it_is_held_out(tmp_path):
+    import json
+
+    from training.sft import SFTRunConfig, load_rows
+
+    def teacher(folder: str, games: list[str]) -> str:
+        (tmp_path / folder).mkdir()
+        rows = [r for g in games for r in _rows(g, "search", [("a", "1"), ("b", "2")])]
+        (tmp_path / folder / "inline.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return str(tmp_path / folder)
+
+    round1 = teacher("round1", [f"g{i}" for i in range(4)])
+    cfg = SFTRunConfig(data=teacher("round2", [f"g{i}" for i in range(4, 8)]), modes={"inline": 1.0},
+                       holdout_games=1, replay_data=[round1])
+    train, held = load_rows(cfg)
+    assert {r["game"] for r in held} == {"g7"}                          # the last game of data, not of the replay
+    assert {r["game"] for r in train} == {f"g{i}" for i in range(7)}
+    assert len(train) == 7 * 2
+    cfg.modes = {"inline": 0.0}                                          # a mode's share applies to the replay too
+    assert load_rows(cfg) == ([], [])
