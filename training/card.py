@@ -66,7 +66,9 @@ def sft_section(work: Path, folder: str = "sft") -> str:
                "trainable")
     return (f"TRL SFTTrainer on whole episodes (one sequence each, loss on the policy's turns only), {how}; "
             f"LM steps {cfg.get('lm_steps', 0)}, SFT steps {cfg['max_steps']} × {cfg['batch']} episodes, lr "
-            f"{cfg['lr']} (cosine), bf16 autocast {cfg.get('bf16')}, modes {cfg['modes']}; "
+            f"{cfg['lr']} (cosine), bf16 autocast {cfg.get('bf16')}, modes {cfg['modes']}"
+            + (f", on `{cfg['data']}` with the episodes of {', '.join(f'`{d}`' for d in cfg['replay_data'])} "
+               "replayed" if cfg.get("replay_data") else "") + "; "
             f"{rep.get('train_episodes')} train episodes ({rep.get('train_turns')} turns, "
             f"{rep.get('train_tokens_per_epoch')} tokens of which {rep.get('loss_tokens_per_epoch')} in the loss); "
             f"training {rep.get('train_seconds')} s, wall {rep['seconds']} s. Loss {first} → {last}.\n\n"

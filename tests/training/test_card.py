@@ -121,3 +121,20 @@ def test_the_held_out_row_reads_the_last_stage_that_trained_the_shipped_adapter(
     assert "**Round 2.** Teacher data: not available" in more_rounds_section(tmp_path, tmp_path / "teacher-more")
     text = calls_section(tmp_path, tmp_path / "teacher")
     assert "SFT steps 24 × 4 episodes" in text and "Loss 0.020 → 0.010" in text
+
+
+def test_a_round_that_replayed_earlier_rounds_says_which(tmp_path):
+    import json
+
+    from training.card import sft_section
+
+    (tmp_path / "more-r2").mkdir()
+    cfg = {"max_steps": 60, "batch": 4, "lr": 1e-4, "modes": {"inline": 1.0}, "init_adapter": "a",
+           "data": "data/teacher-more-r2", "replay_data": []}
+    rep = {"config": cfg, "log": [], "seconds": 1.0, "constrained_eval": {"exact_action": 1.0}}
+    (tmp_path / "more-r2" / "sft_report.json").write_text(json.dumps(rep))
+    assert "replayed" not in sft_section(tmp_path, "more-r2")
+    cfg["replay_data"] = ["data/teacher-more"]
+    (tmp_path / "more-r2" / "sft_report.json").write_text(json.dumps(rep))
+    assert ("on `data/teacher-more-r2` with the episodes of `data/teacher-more` replayed; "
+            in sft_section(tmp_path, "more-r2"))
