@@ -280,18 +280,26 @@ def parse_args(argv: list[str] | None = None) -> EvalConfig:
 
 
 def merge_reports(folders: list[str], out: Path) -> dict:
-    """One report from several processes' reports (e.g. ``--skip 0 --n 48`` and ``--skip 48``): their episodes per
-    (split, mode) in the order given, summarized again; seconds are the slowest process's (they ran side by side).
-    Each process consolidated its own copy of the bank, so the merged bank size is the largest of theirs."""
+    """One report from several processes' reports (e.g. ``--skip 0 --n 48`` and ``--skip 48``, or one process per
+    split): their episodes per (split, mode) in the order given, summarized again; seconds are the slowest process's
+    (they ran side by side), prefix-cache tokens the sum of theirs. Each process consolidated its own copy of the
+    bank, so the merged bank size is the largest of theirs."""
     reports = [json.loads((Path(f) / "eval.json").read_text()) for f in folders]
-    merged = {**reports[0], "results": {}, "seconds": {}, "episodes": {}, "partial": {}, "merged_from": folders}
-    for key in reports[0]["results"]:
-        episodes = [e for r in reports for e in r["episodes"].get(key, [])]
-        bank_size = max(r["results"][key]["bank_size"] for r in reports if key in r["results"])
+    merged = {**reports[0], "results": {}, "seconds": {}, "episodes": {}, "partial": {}, "prefix_cache": {},
+              "merged_from": folders}
+    for key in dict.fromkeys(k for r in reports for k in r["results"]):
+        having = [r for r in reports if key in r["results"]]
+        episodes = [e for r in having for e in r["episodes"].get(key, [])]
+        bank_size = max(r["results"][key]["bank_size"] for r in having)
         merged["results"][key] = summarize_mode(episodes, {"entries": range(bank_size)})
-        merged["seconds"][key] = max(r["seconds"].get(key, 0.0) for r in reports)
+        merged["seconds"][key] = max(r["seconds"].get(key, 0.0) for r in having)
         merged["episodes"][key] = episodes
-        merged["partial"][key] = [r.get("partial", {}).get(key) for r in reports]
+        merged["partial"][key] = [r.get("partial", {}).get(key) for r in having]
+        caches = [r["prefix_cache"][key] for r in having if key in r.get("prefix_cache", {})]
+        if caches:
+            queried, hits = (sum(c[f] for c in caches) for f in ("queried_tokens", "hit_tokens"))
+            merged["prefix_cache"][key] = {"queried_tokens": queried, "hit_tokens": hits,
+                                           "hit_pct": round(100 * hits / queried, 2) if queried else None}
     out.mkdir(parents=True, exist_ok=True)
     (out / "eval.json").write_text(json.dumps(merged, indent=1))
     (out / "eval.md").write_text(markdown(merged) + "\n")

@@ -90,3 +90,26 @@ def test_merge_reports_summarizes_the_episodes_of_both_processes_in_order(tmp_pa
     assert merged["seconds"][key] == 20.0
     assert json.loads((tmp_path / "merged" / "eval.json").read_text())["merged_from"] == parts
     assert (tmp_path / "merged" / "eval.md").read_text().startswith("| split |")
+
+
+def test_merge_reports_joins_one_process_per_split(tmp_path):
+    import json
+
+    from training.evaluate import merge_reports, summarize_mode
+
+    parts = []
+    for key, episodes, cache in (("valid_unseen/inline", [_episode("u0", True), _episode("u1", False)], (100, 90)),
+                                 ("valid_seen/inline", [_episode("s0", False)], (50, 40))):
+        folder = tmp_path / key.split("/")[0]
+        folder.mkdir()
+        report = {"model": "m", "max_steps": 50, "results": {key: summarize_mode(episodes, {"entries": {}})},
+                  "seconds": {key: 7.0}, "episodes": {key: episodes}, "partial": {key: None},
+                  "prefix_cache": {key: {"queried_tokens": cache[0], "hit_tokens": cache[1], "hit_pct": None}}}
+        (folder / "eval.json").write_text(json.dumps(report))
+        parts.append(str(folder))
+    merged = merge_reports(parts, tmp_path / "merged")
+    assert list(merged["results"]) == ["valid_unseen/inline", "valid_seen/inline"]
+    assert merged["results"]["valid_unseen/inline"]["overall"]["won"] == 1
+    assert merged["results"]["valid_seen/inline"]["overall"]["games"] == 1
+    assert merged["prefix_cache"]["valid_seen/inline"] == {"queried_tokens": 50, "hit_tokens": 40, "hit_pct": 80.0}
+    assert "valid_seen" in (tmp_path / "merged" / "eval.md").read_text()
