@@ -81,6 +81,8 @@ class PipelineConfig:
                 "(games (r-1)*more_games ..) and continues the previous round's adapter more_steps on them alone "
                 "(more_rounds * more_games <= more_plan; session 21: round 2 at more_lr 2e-4 reached 98.3 pct held-out "
                 "exact action but won 108/134 valid_unseen against round 1's 115)"})
+    more_later_lr: float | None = field(default=None, metadata={
+        "help": "peak learning rate of the more rounds after the first (default: more_lr)"})
     more_replay: bool = field(default=False, metadata={
         "help": "a later more round trains on the episodes of every round so far (training.sft --replay-data), not "
                 "on its own games alone"})
@@ -334,7 +336,8 @@ def more_stage(cfg: PipelineConfig, work: Path, base: str, adapter: Path, done) 
                               **({} if r == 1 else {"first_game": (r - 1) * cfg.more_games,
                                                     "n_games": cfg.more_games, "initial_bank": bank}))
             sh(*stage(work, f"more{tag}-sft", "training.sft", SFTRunConfig(
-                base=base, data=teacher, out=str(out), max_steps=cfg.more_steps, lr=cfg.more_lr,
+                base=base, data=teacher, out=str(out), max_steps=cfg.more_steps,
+                lr=cfg.more_lr if r == 1 or cfg.more_later_lr is None else cfg.more_later_lr,
                 batch=cfg.sft_batch, modes=cfg.sft_modes, max_length=cfg.sft_max_length, threads=cfg.threads,
                 bf16=cfg.bf16_autocast and cpu_has_bf16(), init_adapter=str(adapter), seed=r,
                 replay_data=[more_teacher(k) for k in range(1, r)] if cfg.more_replay else [])))

@@ -166,12 +166,13 @@ def test_a_second_more_round_plays_the_plan_s_next_games_from_the_first_round_s_
     assert (sft["init_adapter"], sft["data"], sft["out"]) == (str(work / "more" / "adapter"), r2, str(work / "more-r2"))
     assert (by_name["export.json"]["adapter"], by_name["export.json"]["bank"]) == (
         str(work / "more-r2" / "adapter"), f"{r2}/bank.json")
-    assert sft["replay_data"] == []                           # round 2 on its own games alone, unless replayed
-    cfg.more_replay, cfg.work = True, str(tmp_path / "work-replay")
+    assert sft["replay_data"] == [] and sft["lr"] == cfg.more_lr   # round 2 on its own games alone, unless replayed
+    cfg.more_replay, cfg.more_later_lr, cfg.work = True, cfg.more_lr / 2, str(tmp_path / "work-replay")
     (Path(cfg.work) / "more" / "adapter").mkdir(parents=True)
     replayed = {name: s for _, name, s in run_recorded(cfg, monkeypatch, force=False)}
     assert replayed["more-r2-sft.json"]["replay_data"] == [pipeline.MORE_TEACHER]
     assert replayed["more-r2-sft.json"]["data"] == r2         # its held-out games stay round 2's last ones
+    assert replayed["more-r2-sft.json"]["lr"] == cfg.more_lr / 2
 
 
 def test_grpo_on_a_pretrained_base_trains_the_adapter_and_keeps_the_one_before_as_the_baseline(tmp_path, monkeypatch):
