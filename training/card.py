@@ -319,8 +319,8 @@ def main(argv: list[str] | None = None) -> int:
             played = {k: r["overall"]["games"] for k, r in ev["results"].items()}
             if ev.get("merged_from") or any(ev.get("partial", {}).values()):
                 games = (f"games played per split and mode: {played} (slices of the generated split, in game order; "
-                         + (f"{len(ev['merged_from'])} evaluation processes side by side, each on its own slice "
-                            "and its own copy of the bank, merged; " if ev.get("merged_from") else "")
+                         + (f"{len(ev['merged_from'])} evaluation processes, each on its own split or slice of "
+                            "one and its own copy of the bank, merged; " if ev.get("merged_from") else "")
                          + "stopped before the end of the split where fewer than the split's games are listed)")
             samp = ev.get("sampling") or {"temperature": 0.0}
             how = "greedy" if not samp["temperature"] else \

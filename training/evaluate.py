@@ -294,7 +294,8 @@ def merge_reports(folders: list[str], out: Path) -> dict:
         merged["results"][key] = summarize_mode(episodes, {"entries": range(bank_size)})
         merged["seconds"][key] = max(r["seconds"].get(key, 0.0) for r in having)
         merged["episodes"][key] = episodes
-        merged["partial"][key] = [r.get("partial", {}).get(key) for r in having]
+        stopped = any(r.get("partial", {}).get(key) for r in having)
+        merged["partial"][key] = len(episodes) if stopped else None   # as one report: games played when stopped
         caches = [r["prefix_cache"][key] for r in having if key in r.get("prefix_cache", {})]
         if caches:
             queried, hits = (sum(c[f] for c in caches) for f in ("queried_tokens", "hit_tokens"))

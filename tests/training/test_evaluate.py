@@ -88,6 +88,7 @@ def test_merge_reports_summarizes_the_episodes_of_both_processes_in_order(tmp_pa
     assert [e["game"] for e in merged["episodes"][key]] == ["g0", "g1", "g2"]
     assert (overall["games"], overall["won"], overall["success_pct"]) == (3, 2, 66.7)
     assert merged["seconds"][key] == 20.0
+    assert merged["partial"][key] is None
     assert json.loads((tmp_path / "merged" / "eval.json").read_text())["merged_from"] == parts
     assert (tmp_path / "merged" / "eval.md").read_text().startswith("| split |")
 
@@ -112,4 +113,5 @@ def test_merge_reports_joins_one_process_per_split(tmp_path):
     assert merged["results"]["valid_unseen/inline"]["overall"]["won"] == 1
     assert merged["results"]["valid_seen/inline"]["overall"]["games"] == 1
     assert merged["prefix_cache"]["valid_seen/inline"] == {"queried_tokens": 50, "hit_tokens": 40, "hit_pct": 80.0}
+    assert merged["partial"] == {"valid_unseen/inline": None, "valid_seen/inline": None}   # neither was stopped
     assert "valid_seen" in (tmp_path / "merged" / "eval.md").read_text()

@@ -120,7 +120,8 @@ def test_dagger_rounds_chain_learner_rollouts_render_and_continued_sft(tmp_path,
 
 def test_more_stage_generates_a_second_train_set_and_continues_the_sft_adapter_on_it(tmp_path, monkeypatch):
     cfg = pipeline.PipelineConfig(work=str(tmp_path / "work"), teacher_out=str(tmp_path / "teacher"),
-                                  out=str(tmp_path / "policy"), stages=["more", "export"], more_games=7)
+                                  out=str(tmp_path / "policy"), stages=["more", "export"], more_games=7,
+                                  more_rounds=1)
     calls = run_recorded(cfg, monkeypatch)
     names = [name for _, name, _ in calls]
     assert names == ["generate-more.json", "teacher-more-shard0of2.json", "teacher-more-shard1of2.json",
@@ -147,7 +148,7 @@ def test_more_stage_generates_a_second_train_set_and_continues_the_sft_adapter_o
 def test_a_second_more_round_plays_the_plan_s_next_games_from_the_first_round_s_bank(tmp_path, monkeypatch):
     cfg = pipeline.PipelineConfig(work=str(tmp_path / "work"), teacher_out=str(tmp_path / "teacher"),
                                   out=str(tmp_path / "policy"), stages=["more", "export"], more_games=7,
-                                  more_rounds=2)
+                                  more_rounds=2, more_replay=False, more_later_lr=None)
     (Path(cfg.work) / "more" / "adapter").mkdir(parents=True)   # round 1 is done
     monkeypatch.chdir(tmp_path)   # the teacher folders are relative: none of them is here
     calls = run_recorded(cfg, monkeypatch, force=False)
