@@ -334,8 +334,8 @@ def more_stage(cfg: PipelineConfig, work: Path, base: str, adapter: Path, done) 
                 out=Path(MORE_GAMES), verify=cfg.verify_train_games)))
             if not done(f"{teacher}/inline.jsonl"):
                 teacher_stage(cfg, work, f"teacher-more{tag}", f"{MORE_GAMES}/train", teacher,
-                              **({} if r == 1 else {"first_game": (r - 1) * cfg.more_games,
-                                                    "n_games": cfg.more_games, "initial_bank": bank}))
+                              n_games=cfg.more_games,   # round 1 too: later rounds' games may be on disk
+                              **({} if r == 1 else {"first_game": (r - 1) * cfg.more_games, "initial_bank": bank}))
             sh(*stage(work, f"more{tag}-sft", "training.sft", SFTRunConfig(
                 base=base, data=teacher, out=str(out), max_steps=cfg.more_steps,
                 lr=cfg.more_lr if r == 1 or cfg.more_later_lr is None else cfg.more_later_lr,

@@ -133,6 +133,7 @@ def test_more_stage_generates_a_second_train_set_and_continues_the_sft_adapter_o
         "train", cfg.more_plan, 7, cfg.more_seed, pipeline.MORE_GAMES, False)   # the expert's wins filter them
     assert by_name["teacher-more.json"]["games_dir"] == f"{pipeline.MORE_GAMES}/train"
     assert by_name["teacher-more.json"]["render_only"]
+    assert by_name["teacher-more.json"]["n_games"] == 7   # the round's own games, even when later ones are on disk
     sft = by_name["more-sft.json"]
     assert (sft["init_adapter"], sft["data"], sft["max_steps"], sft["lr"]) == (
         str(work / "sft" / "adapter"), pipeline.MORE_TEACHER, cfg.more_steps, cfg.more_lr)
