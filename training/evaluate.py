@@ -14,7 +14,9 @@ Each (split, mode) plays its games with ``training.agent.EnginePolicy`` over one
 
 Reports per (split, mode): success % per task type, mean steps, harness calls per episode by verb, harness tokens
 per episode (what harness content writes into the context, see ``RecordingPolicy``), tokens per episode, bank size —
-``<out>/eval.json``, ``<out>/eval.md`` (markdown table) and ``<out>/eval.png``.
+``<out>/eval.json``, ``<out>/eval.md`` (markdown table), ``<out>/eval.png`` and
+``<out>/transcripts/<split>-<mode>/<game>.txt`` (each episode's chat as the policy last saw it, with its last
+completion).
 """
 
 from __future__ import annotations
@@ -66,6 +68,9 @@ class EvalConfig:
                 "float32 elsewhere (emulated bf16 ran a 135M model ~2x slower); or float32, bfloat16, auto"})
     max_model_len: int = field(default=4096, metadata={"help": "context: a 50-step episode is one chat"})
     eager: bool = field(default=False, metadata={"help": "skip torch.compile (fast start, ~2x slower decode)"})
+    engine_kwargs: dict = field(default_factory=dict, metadata={
+        "help": "more vLLM engine arguments as JSON, for serving experiments, e.g. '{\"block_size\": 32}' or "
+                "'{\"kv_cache_dtype\": \"fp8\"}' (docs/benchmarks.md, section h, session 23: none paid here)"})
     call_budget: int | None = field(default=None, metadata={
         "help": "ablation: at most this many harness calls per episode (the grammar then offers environment "
                 "actions only; the prompt is unchanged). Default: no bound, as served"})
@@ -112,7 +117,10 @@ class RecordingPolicy(EnginePolicy):
             for o in self.agent.outcomes:
                 text = panel_text(newest_user_message(o.prompts[0])) if o.prompts else ""
                 panels += self.count_tokens(text) if text else 0
-            self.episodes.append({"by_verb": by_verb, "harness_call_tokens": call_tokens, "panel_tokens": panels,
+            last = self.agent.outcomes[-1] if self.agent.outcomes else None
+            transcript = (last.prompts[-1] + last.turns[-1].raw) if last and last.prompts and last.turns else ""
+            self.episodes.append({"transcript": transcript, "by_verb": by_verb, "harness_call_tokens": call_tokens,
+                                  "panel_tokens": panels,
                                   "harness_tokens": call_tokens + panels,
                                   "steps_used": self.agent.state["budget"]["used"]})
         return super().act(observation, admissible, won, done)
@@ -333,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     from service.settings import model_context_len
     context = min(args.max_model_len, model_context_len(str(resolve_policy_dir(model)), cap=args.max_model_len))
     engine = VLLMEngine(model, max_model_len=context, kv_cache_gib=args.kv_cache_gib,
-                        enforce_eager=args.eager, dtype=args.dtype)
+                        enforce_eager=args.eager, dtype=args.dtype, engine_kwargs=args.engine_kwargs)
     sampling = Sampling(temperature=args.temperature, top_p=args.top_p,
                         seed=args.seed)
     report = {"model": str(model), "max_steps": args.max_steps, "n": args.n, "skip": args.skip, "results": {},
@@ -341,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
               "concurrency": min(args.concurrency, args.window), "window": args.window,
               "sampling": {"temperature": args.temperature, "top_p": args.top_p, "seed": sampling.seed},
               "dtype": serving_dtype(args.dtype),   # (the CPU build here; on a GPU, auto-cpu is vLLM's auto)
+              "engine_kwargs": args.engine_kwargs,
               "ablation": {"call_budget": args.call_budget, "disabled_verbs": list(args.disabled_verbs)}}
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(str(model))
@@ -362,6 +371,11 @@ def main(argv: list[str] | None = None) -> int:
                     games of the split it covers)."""
                     report["results"][key] = summarize_mode(results, bank)
                     report["seconds"][key] = round(time.perf_counter() - started, 1)
+                    chats = out / "transcripts" / key.replace("/", "-")
+                    chats.mkdir(parents=True, exist_ok=True)
+                    for row in results:   # each episode's whole chat, kept beside the report, not in it
+                        if "transcript" in row:
+                            (chats / f"{row['game']}.txt").write_text(row.pop("transcript"))
                     report.setdefault("episodes", {})[key] = results
                     report.setdefault("partial", {})[key] = None if len(results) == total else len(results)
                     queried, hits = (b - a for a, b in zip(cache0, prefix_cache_tokens()))

@@ -46,16 +46,21 @@ def test_concurrent_episodes_report_every_game_in_order_with_its_own_harness_rec
     model = Path(__file__).resolve().parents[2] / "models" / "default-policy"
     assert main(["--model", str(model), "--split", "fixtures", "--n", "3", "--mode", "inline", "--max-steps", "4",
                  "--window", "3", "--concurrency", "3", "--kv-cache-gib", "0.1", "--max-model-len", "1024", "--eager",
-                 "--out", str(tmp_path)]) == 0
+                 "--engine-kwargs", '{"block_size": 32}', "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "eval.json").read_text())
     episodes = report["episodes"]["fixtures/inline"]
-    assert report["concurrency"] == 3
+    assert report["concurrency"] == 3 and report["engine_kwargs"] == {"block_size": 32}
     assert [e["game"] for e in episodes] == [g.name for g in games_for("fixtures", 3)]
     for e in episodes:
         assert 1 <= e["steps"] <= 4 and e["prompt_tokens"] > 0
         assert e["steps_used"] == e["steps"] + e["harness_calls"]   # the twin's state saw exactly this game
         assert sum(e["by_verb"].values()) == e["harness_calls"]
     assert report["results"]["fixtures/inline"]["overall"]["games"] == 3
+    # each episode's whole chat is kept beside the report (not in it), ending with the policy's last completion
+    for e in episodes:
+        assert "transcript" not in e
+        chat = (tmp_path / "transcripts" / "fixtures-inline" / f"{e['game']}.txt").read_text()
+        assert chat.startswith("<|im_start|>system") and chat.count("<|im_start|>assistant") == e["steps_used"]
     # the episode is one growing chat: later steps find their prefix in vLLM's cache, and the report says how much
     cache = report["prefix_cache"]["fixtures/inline"]
     prompt_tokens = sum(e["prompt_tokens"] for e in episodes)
