@@ -41,8 +41,10 @@ from training.teacher import TeacherConfig
 class PipelineConfig:
     """Defaults of the shipped CPU policy (see docs/training.md for why)."""
 
-    train_games: int = field(default=600, metadata={
-        "help": "generated train games (the benchmark's train split size)"})
+    train_games: int = field(default=1100, metadata={
+        "help": "generated train games: one SFT on 1,100 expert episodes (session 24) replaces SFT on 600 + two "
+                "more rounds of 250 (sessions 6-22), the same demonstrations in one pass and one cosine; 600 is the "
+                "benchmark's train split size"})
     verify_train_games: bool = field(default=False, metadata={
         "help": "check train games with the planner too (off: the search expert's wins filter them; the planner "
                 "is 3-7 s of the ~0.3-7 s a game takes, about 30-60 min of 850 train games on two cores)"})
@@ -53,7 +55,9 @@ class PipelineConfig:
     base: str = field(default="smollm2-135m-instruct", metadata={
         "help": "packaged pretrained base (service.policy.pretrained), or a from-scratch size for a toy model "
                 f"(tests): {', '.join(SIZES)}"})
-    sft_steps: int = field(default=150, metadata={"help": "SFT optimizer steps of sft_batch whole episodes each"})
+    sft_steps: int = field(default=200, metadata={
+        "help": "SFT optimizer steps of sft_batch whole episodes each (200 x 4 = 0.6 epoch of 1,100 inline + 20 pct "
+                "always_on episodes; about 75 min on a 2-core AMD EPYC with bf16 autocast)"})
     sft_modes: dict = field(default_factory=lambda: {"inline": 1.0, "always_on": 0.2, "env_only": 0.0}, metadata={
         "help": "share of each mode's teacher episodes (JSON): inline is what is served; always_on is kept for the "
                 "harness-token comparison"})
@@ -68,9 +72,10 @@ class PipelineConfig:
     bf16_autocast: bool = field(default=True, metadata={
         "help": "bf16 autocast in SFT, on CPUs with avx512_bf16/AMX only (checked at run time)"})
     threads: int = field(default=2, metadata={"help": "torch threads for SFT and GRPO"})
-    more_games: int = field(default=250, metadata={
+    more_games: int = field(default=0, metadata={
         "help": "games of a second train set (seed more_seed, data/alfworld-more) whose expert episodes continue the "
-                "SFT adapter (training.sft --init-adapter); 0 = off"})
+                "SFT adapter (training.sft --init-adapter); 0 = off (the default since session 24: the sft "
+                "stage's 1,100 train games hold the demonstrations the rounds added)"})
     more_plan: int = field(default=500, metadata={
         "help": "size of the second set's plan; its first more_games games are generated (a later run can add more)"})
     more_seed: int = field(default=8008, metadata={"help": "generator seed of the second train set"})
