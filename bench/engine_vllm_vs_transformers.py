@@ -1,12 +1,14 @@
 """vLLM engine vs plain transformers `generate` serving one request at a time (what a naive FastAPI +
 transformers service does), at 1, 8 and 32 concurrent sessions, same model.
 
-    PYTHONPATH=. .venv/bin/python bench/engine_vllm_vs_transformers.py [--sessions 1 8 32] [--steps 2] [--tokens 32]
+    PYTHONPATH=. .venv/bin/python bench/engine_vllm_vs_transformers.py [--sessions 1 8 32] [--steps 2] [--tokens 32] \
+        [--model DIR]
 
 Each session sends `--steps` sequential policy generations (a ~400-token harness prompt, greedy, `--tokens` new
 tokens, no early stop); sessions run concurrently. vLLM: the service's in-process VLLMEngine (continuous batching,
 enforce-eager). transformers: `model.generate` behind a lock, one request at a time. Prints steps/s and the speedup.
-Model: the tiny untrained Qwen3 (`service.policy.bootstrap_model`), built into a temp dir.
+Model: the tiny untrained Qwen3 (`service.policy.bootstrap_model`), built into a temp dir, or ``--model``: a plain
+HF folder, e.g. the merged default policy the service caches under ``data/merged/`` on its first start.
 """
 
 from __future__ import annotations
@@ -79,10 +81,11 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, nargs="+", default=[1, 8, 32])
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--model", default=None, help="HF model folder (default: build the tiny untrained model)")
     args = ap.parse_args()
     from service.policy.bootstrap_model import build_tiny_model
 
-    model = str(build_tiny_model(Path(tempfile.mkdtemp()) / "tiny", seed=0))
+    model = args.model or str(build_tiny_model(Path(tempfile.mkdtemp()) / "tiny", seed=0))
     rows = []
     for n in args.sessions:
         v = asyncio.run(bench_vllm(model, n, args.steps, args.tokens))
