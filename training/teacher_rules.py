@@ -12,6 +12,8 @@ Rules (``inline`` mode only; at most the harness cap per step, checked by the ca
    appears in the last observation) — the Plan panel then shows what to do next. With a ``commit_share`` below 1
    only that share of the later subgoal changes is committed (drawn per change, seeded by the game); at the others
    the next environment turn's think names the new subgoal itself, so the data shows both ways to move on.
+   ``first_commit_share`` does the same for the first turn's commit (at the others the first think names the first
+   subgoal), so no commit is the only way to start.
 3. ``track [obj]`` right before the expert walks to a receptacle where a goal object was seen (for a look task that
    holds its object: the lamp), when that sighting has left the state's history window of recent steps — the
    belief still knows it, and the answer sits next to the decision instead of far back in the transcript.
@@ -58,14 +60,17 @@ class RuleState:
     tracked: set = field(default_factory=set)
     advanced: bool = False
     commit_share: float = 1.0                     # share of the later subgoal changes that get a commit (rule 2)
+    first_commit_share: float = 1.0               # share of the episodes whose first turn commits (rule 2)
     rng: random.Random = field(default_factory=lambda: random.Random(0))
 
     @classmethod
-    def for_task(cls, state: dict, commit_share: float = 1.0, game: str = "") -> RuleState:
+    def for_task(cls, state: dict, commit_share: float = 1.0, game: str = "",
+                 first_commit_share: float = 1.0) -> RuleState:
         belief = state["belief"]
         goal = belief.get("goal") or {}
         return cls(goal.get("object"), subgoals_for(goal, belief.get("task_type"), belief),
-                   commit_share=commit_share, rng=random.Random(zlib.crc32(game.encode())))
+                   commit_share=commit_share, first_commit_share=first_commit_share,
+                   rng=random.Random(zlib.crc32(game.encode())))
 
     @property
     def current(self) -> str:
@@ -124,7 +129,7 @@ def harness_calls(rules: RuleState, state: dict, bank_entries: dict, next_action
     if rules.turns == 0:
         if obj and any(e.get("key") == f"where:{obj}" for e in bank_entries.values()):
             calls.append(("recall", obj, f"where is {obj} usually"))
-        if rules.subgoals:
+        if rules.subgoals and (rules.first_commit_share >= 1 or rules.rng.random() < rules.first_commit_share):
             calls.append(("commit", rules.current, f"start: {rules.current}"))
     else:
         last = state["history"][-1] if state["history"] else None

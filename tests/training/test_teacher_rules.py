@@ -127,6 +127,16 @@ def test_commit_share_leaves_some_subgoal_changes_to_the_think():
     assert commits(0.5) == commits(0.5)
 
 
+def test_first_commit_share_zero_starts_with_the_think_alone():
+    """With first_commit_share 0 no episode commits on its first turn: the first environment turn's think names the
+    first subgoal. The later commits follow commit_share as before."""
+    rows, _ = render_episode(trajectory(), "inline", new_bank(), first_commit_share=0.0)
+    every, _ = render_episode(trajectory(), "inline", new_bank())
+    assert [c for v, c in calls(rows) if v == "commit"] == [c for v, c in calls(every) if v == "commit"][1:]
+    assert rows[0]["kind"] == "env"
+    assert rows[0]["completion"].startswith("<think>take apple</think>")
+
+
 def test_rendering_from_a_served_bank_recalls_what_it_knows():
     from training.teacher import render_mode
 
