@@ -120,6 +120,9 @@ class PipelineConfig:
     calls_first_commit_share: float = field(default=1.0, metadata={
         "help": "share of the calls stage's episodes whose first turn the expert commits (training.teacher "
                 "--first-commit-share): below 1 the first commit is a choice too"})
+    calls_recall_share: float = field(default=1.0, metadata={
+        "help": "share of the calls stage's episodes that recall on their first turn (training.teacher "
+                "--recall-share): below 1 the recall is a choice too"})
     calls_steps: int = field(default=24, metadata={"help": "SFT steps of the calls stage (sft_batch episodes each)"})
     calls_lr: float = field(default=1e-4, metadata={"help": "peak learning rate of the calls stage"})
     calls_heldout_games: int = field(default=4, metadata={
@@ -375,7 +378,8 @@ def calls_stage(cfg: PipelineConfig, work: Path, base: str, adapter: Path, done)
     if not done(f"{CALLS_TEACHER}/inline.jsonl"):
         teacher_stage(cfg, work, "teacher-calls", "data/alfworld/train", CALLS_TEACHER,
                       n_games=cfg.calls_games, commit_share=cfg.calls_commit_share,
-                      first_commit_share=cfg.calls_first_commit_share)
+                      first_commit_share=cfg.calls_first_commit_share,
+                      recall_share=cfg.calls_recall_share)
     heldout = None
     if cfg.calls_heldout_games:   # the whole train plan (cached when the games stage made it), for its last games
         sh(*stage(work, "generate-train", "training.envs.alfworld.generate", GenerateConfig(
@@ -384,7 +388,8 @@ def calls_stage(cfg: PipelineConfig, work: Path, base: str, adapter: Path, done)
             teacher_stage(cfg, work, "teacher-calls-heldout", "data/alfworld/train", CALLS_HELDOUT,
                           first_game=cfg.train_games - cfg.calls_heldout_games, n_games=cfg.calls_heldout_games,
                           commit_share=cfg.calls_commit_share, initial_bank=f"{CALLS_TEACHER}/bank.json",
-                          first_commit_share=cfg.calls_first_commit_share)
+                          first_commit_share=cfg.calls_first_commit_share,
+                          recall_share=cfg.calls_recall_share)
         heldout = CALLS_HELDOUT
     sh(*stage(work, "calls-sft", "training.sft", SFTRunConfig(
         base=base, data=CALLS_TEACHER, holdout_data=heldout, out=str(out), max_steps=cfg.calls_steps,

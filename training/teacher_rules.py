@@ -7,7 +7,8 @@ Subgoals follow the domain's own progress wording (``service.domains.alfworld.pr
 Rules (``inline`` mode only; at most the harness cap per step, checked by the caller):
 
 1. ``recall [obj]`` on the first turn when the bank holds a search priority for the goal object
-   (``where:<obj>`` entry) — the result names where that object usually is.
+   (``where:<obj>`` entry) — the result names where that object usually is. With a ``recall_share`` below 1 only
+   that share of the episodes recalls (drawn per game), so skipping the recall is a choice the data shows too.
 2. ``commit [subgoal]`` on the first turn, and again each time the current subgoal is reached (its progress event
    appears in the last observation) — the Plan panel then shows what to do next. With a ``commit_share`` below 1
    only that share of the later subgoal changes is committed (drawn per change, seeded by the game); at the others
@@ -61,15 +62,16 @@ class RuleState:
     advanced: bool = False
     commit_share: float = 1.0                     # share of the later subgoal changes that get a commit (rule 2)
     first_commit_share: float = 1.0               # share of the episodes whose first turn commits (rule 2)
+    recall_share: float = 1.0                     # share of the episodes that recall when the bank knows (rule 1)
     rng: random.Random = field(default_factory=lambda: random.Random(0))
 
     @classmethod
     def for_task(cls, state: dict, commit_share: float = 1.0, game: str = "",
-                 first_commit_share: float = 1.0) -> RuleState:
+                 first_commit_share: float = 1.0, recall_share: float = 1.0) -> RuleState:
         belief = state["belief"]
         goal = belief.get("goal") or {}
         return cls(goal.get("object"), subgoals_for(goal, belief.get("task_type"), belief),
-                   commit_share=commit_share, first_commit_share=first_commit_share,
+                   commit_share=commit_share, first_commit_share=first_commit_share, recall_share=recall_share,
                    rng=random.Random(zlib.crc32(game.encode())))
 
     @property
@@ -127,7 +129,8 @@ def harness_calls(rules: RuleState, state: dict, bank_entries: dict, next_action
     calls = []
     obj = rules.goal_object
     if rules.turns == 0:
-        if obj and any(e.get("key") == f"where:{obj}" for e in bank_entries.values()):
+        if (obj and any(e.get("key") == f"where:{obj}" for e in bank_entries.values())
+                and (rules.recall_share >= 1 or rules.rng.random() < rules.recall_share)):
             calls.append(("recall", obj, f"where is {obj} usually"))
         if rules.subgoals and (rules.first_commit_share >= 1 or rules.rng.random() < rules.first_commit_share):
             calls.append(("commit", rules.current, f"start: {rules.current}"))

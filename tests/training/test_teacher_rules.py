@@ -147,3 +147,17 @@ def test_rendering_from_a_served_bank_recalls_what_it_knows():
     served = bank_knowing_apple()   # a whole entry, as the evolver writes it (it consolidates after the episode)
     served["entries"]["e1"].update(failures=0, pinned=False, data={}, created_in=0, updated_in=0)
     assert "recall" not in verbs(None) and "recall" in verbs(served)
+
+
+def test_recall_share_zero_starts_without_the_recall():
+    """With recall_share 0 no episode recalls, even from a bank that knows the goal object; the commits stay as with
+    every recall (the draw is made only below 1, so the default data is unchanged)."""
+    from training.teacher import render_mode
+
+    served = bank_knowing_apple()
+    served["entries"]["e1"].update(failures=0, pinned=False, data={}, created_in=0, updated_in=0)
+    every, _ = render_mode([trajectory()], "inline", bank=served)
+    none, _ = render_mode([trajectory()], "inline", bank=served, recall_share=0.0)
+    assert [v for v, _ in calls(every)].count("recall") == 1
+    assert "recall" not in [v for v, _ in calls(none)]
+    assert [c for c in calls(none) if c[0] == "commit"] == [c for c in calls(every) if c[0] == "commit"]
