@@ -63,10 +63,13 @@ ENV_LOCK = threading.Lock()   # TextWorld's PDDL parsers are not thread-safe (se
 # -- the vLLM server and the recording proxy ------------------------------------------------------------------------
 
 def start_vllm(model_dir: Path, served_name: str, kv_gib: float, max_model_len: int, max_num_seqs: int,
-               log: Path) -> tuple:
+               log: Path, extra_args: tuple[str, ...] = (), extra_env: dict | None = None) -> tuple:
+    """One vLLM OpenAI server with the in-process engine's settings; ``extra_args`` come last, so they override
+    (e.g. ``--enable-chunked-prefill --max-num-batched-tokens 512``), ``extra_env`` adds to its environment
+    (e.g. ``OMP_NUM_THREADS``, ``VLLM_CPU_OMP_THREADS_BIND``)."""
     port = free_port()
     env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1",            # exposes POST /reset_prefix_cache
-           "VLLM_USE_AOT_COMPILE": "0", "HF_HUB_OFFLINE": "1"}
+           "VLLM_USE_AOT_COMPILE": "0", "HF_HUB_OFFLINE": "1", **(extra_env or {})}
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
            "--served-model-name", served_name,   # the name the service asks for (its EVOHARNESS_MODEL)
@@ -76,20 +79,24 @@ def start_vllm(model_dir: Path, served_name: str, kv_gib: float, max_model_len: 
            # the in-process engine's CPU settings (service/policy/engines/vllm_local.py)
            "--no-enable-chunked-prefill", "--max-num-batched-tokens", str(max(max_model_len, 2048)),
            "--structured-outputs-config", json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}),
-           "--uvicorn-log-level", "warning"]
+           "--uvicorn-log-level", "warning", *extra_args]
     proc = subprocess.Popen(cmd, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 600
+    return proc, wait_ready(proc, f"http://127.0.0.1:{port}", log, "vLLM server")
+
+
+def wait_ready(proc: subprocess.Popen, url: str, log: Path, what: str, timeout_s: float = 600) -> str:
+    """``url`` once its ``/health`` answers 200; the log's tail if ``proc`` exits first."""
+    deadline = time.monotonic() + timeout_s
     while True:
         if proc.poll() is not None:
-            raise RuntimeError(f"vLLM server exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
+            raise RuntimeError(f"{what} exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
         try:
             if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return proc, url
+                return url
         except httpx.HTTPError:
             pass
         if time.monotonic() > deadline:
-            raise RuntimeError("vLLM server not ready in 600 s")
+            raise RuntimeError(f"{what} not ready in {timeout_s:.0f} s")
         time.sleep(1)
 
 
@@ -152,18 +159,25 @@ def reset_prefix_cache(vllm_url: str) -> None:
     httpx.post(f"{vllm_url}/reset_prefix_cache", timeout=30).raise_for_status()
 
 
+COUNTERS = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:prompt_tokens_total",
+            "vllm:generation_tokens_total")
+
+
 def prefix_counters(vllm_url: str) -> dict:
-    """vLLM's prefix-cache counters (cumulative) from its /metrics."""
+    """vLLM's prefix-cache and token counters (cumulative) from its /metrics, without the ``vllm:`` prefix."""
     out = {}
     for line in httpx.get(f"{vllm_url}/metrics", timeout=10).text.splitlines():
-        for name in ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"):
+        for name in COUNTERS:
             if line.startswith(name):
                 out[name.split(":")[1]] = out.get(name.split(":")[1], 0.0) + float(line.rsplit(" ", 1)[1])
     return out
 
 
-def serve_remote(policy: Path, vllm_url: str, log: Path, max_model_len: int):
-    return live_server(policy, log, EVOHARNESS_ENGINE="remote", EVOHARNESS_REMOTE_URLS=json.dumps([vllm_url]),
+def serve_remote(policy: Path, vllm_url: str | list[str], log: Path, max_model_len: int,
+                 remote_policy: str = "affinity"):
+    urls = [vllm_url] if isinstance(vllm_url, str) else vllm_url
+    return live_server(policy, log, EVOHARNESS_ENGINE="remote", EVOHARNESS_REMOTE_URLS=json.dumps(urls),
+                       EVOHARNESS_REMOTE_POLICY=remote_policy,
                        EVOHARNESS_MAX_MODEL_LEN=str(max_model_len), EVOHARNESS_RATE_LIMIT="0",
                        EVOHARNESS_ENGINE_TIMEOUT_S="600", EVOHARNESS_STEP_TIMEOUT_S="900")
 
@@ -215,12 +229,15 @@ def attach_bodies(episodes: list[dict], bodies: dict[str, list[dict]]) -> None:
 
 # -- replay -----------------------------------------------------------------------------------------------------
 
-def replay_service(url: str, e: dict) -> dict:
+def replay_service(url: str, e: dict, deadline: float | None = None) -> dict:
+    """One recorded game's steps through the service; no step starts after ``deadline`` (time.perf_counter)."""
     lat, same = [], 0
     with EvoHarnessClient(url, timeout=900) as evo:
         sid = evo.create_session(e["task"], domain="alfworld", mode="inline",
                                  max_steps=len(e["steps"]) + 30).session_id
         for s in e["steps"]:
+            if deadline is not None and time.perf_counter() > deadline:
+                break
             t0 = time.perf_counter()
             step = evo.step(sid, s["observation"], s["admissible"], won=s["won"], done=True if s["done"] else None)
             if s["generations"]:

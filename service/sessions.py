@@ -235,7 +235,8 @@ class SessionService:
             # a deadline on this task, not asyncio.wait_for: on Python 3.11 that runs the step in a new task
             async with asyncio.timeout(self.settings.step_timeout_s):
                 outcome = await run_step(observed, domain, self.engine, bank_entries=bank["entries"],
-                                         bank_controls=bank["controls"], sampling=sampling)
+                                         bank_controls=bank["controls"], sampling=sampling,
+                                         affinity_key=f"{call.tenant}/{call.sid}")
         except TimeoutError:
             raise EngineTimeout(f"step took over {self.settings.step_timeout_s:.0f} s") from None
         except HarnessError as e:

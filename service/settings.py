@@ -69,6 +69,10 @@ class Settings(BaseSettings):
     model: str = Field(default_factory=default_model_path, description="model directory (HF format)")
     adapter: str | None = Field(None, description="optional LoRA adapter directory")
     remote_urls: list[str] = Field(default_factory=list, description="vLLM server base URLs for engine=remote")
+    remote_policy: Literal["affinity", "least_outstanding", "round_robin"] = Field(
+        "affinity", description="which of several remote_urls a generation goes to: affinity = one server per "
+                                "session (its prompt prefix stays in that server's cache; docs/benchmarks.md (j)), "
+                                "least_outstanding = fewest in flight, round_robin")
     max_model_len: int | None = Field(None, description="context length given to vLLM; unset = the model's "
                                                          "max_position_embeddings, at most 4096")
     kv_cache_gib: float = Field(1.0, description="KV cache size (CPU build: VLLM_CPU_KVCACHE_SPACE)")

@@ -57,7 +57,7 @@ def build_engine(settings: Settings) -> Engine:
 
     if settings.engine == "remote":
         return make_engine("remote", urls=settings.remote_urls, model=settings.model, adapter=settings.adapter,
-                           timeout_s=settings.engine_timeout_s)
+                           timeout_s=settings.engine_timeout_s, policy=settings.remote_policy)
     return make_engine(settings.engine, model=settings.model, adapter=settings.adapter,
                        max_model_len=settings.max_model_len or model_context_len(settings.model),
                        kv_cache_gib=settings.kv_cache_gib,

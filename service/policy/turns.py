@@ -124,8 +124,10 @@ async def run_step(
     bank_entries: dict | None = None,
     bank_controls: dict | None = None,
     sampling: Sampling = Sampling(),
+    affinity_key: str | None = None,
 ) -> StepOutcome:
-    """`state` must already hold this step's observation (see `harness.observe`)."""
+    """`state` must already hold this step's observation (see `harness.observe`). `affinity_key` (the session id)
+    keeps a session's generations on one engine server where there are several (prefix-cache reuse)."""
     check_can_step(state)
     entries = bank_entries or {}
     s, turns, prompts, invalid = state, [], [], 0
@@ -134,7 +136,7 @@ async def run_step(
         prompts.append(ti.prompt)
         gen = await engine.generate(GenerationRequest(
             prompt=ti.prompt, regex=ti.regex, max_tokens=ti.max_tokens,
-            temperature=sampling.temperature, top_p=sampling.top_p, seed=sampling.seed,
+            temperature=sampling.temperature, top_p=sampling.top_p, seed=sampling.seed, affinity_key=affinity_key,
         ))
         try:
             d = parse(gen.text, s["admissible"], ti.verbs)

@@ -17,6 +17,8 @@ class GenerationRequest:
     seed: int | None = None
     request_id: str | None = None
     timeout_s: float | None = None    # per-request deadline (EngineTimeout); None = the engine's default
+    affinity_key: str | None = None   # requests with one key go to one server where there are several (the
+                                      # session id: its prefix stays in that server's cache)
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,18 @@ Request body (vLLM 0.32 server)::
 ``structured_outputs`` is vLLM's extension field of ``CompletionRequest`` (the old ``guided_regex`` is
 gone). The response's ``usage`` gives ``prompt_tokens`` / ``completion_tokens``.
 
-Load spreading: each request goes to the server with the fewest requests in flight from this client
-(ties broken round robin). A server that refuses the connection (or answers 5xx) is put on a short
-cool-down and the request fails over to the next server; 4xx answers are the caller's fault and are not
-retried. Generation has no side effects, so a retry on another server is safe.
+Load spreading (``policy``):
+
+- ``affinity`` (the service's default): a request with an ``affinity_key`` (the service passes the session id)
+  goes to the server that key ranks first by rendezvous hashing, so every step of a session lands where the
+  previous step's prompt already sits in vLLM's prefix cache. When a server is down only its own keys move.
+  Requests without a key fall back to ``least_outstanding``.
+- ``least_outstanding``: the server with the fewest requests in flight from this client (ties round robin).
+- ``round_robin``.
+
+A server that refuses the connection (or answers 5xx) is put on a short cool-down and the request fails over
+to the next server; 4xx answers are the caller's fault and are not retried. Generation has no side effects, so
+a retry on another server is safe.
 
 A LoRA adapter served by vLLM (``--enable-lora --lora-modules NAME=PATH``) is selected by passing
 ``adapter=NAME``: the request's ``model`` is then the adapter name.
@@ -22,6 +30,7 @@ A LoRA adapter served by vLLM (``--enable-lora --lora-modules NAME=PATH``) is se
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import logging
 import time
@@ -32,6 +41,8 @@ import httpx
 from service.policy.engines.base import EngineError, EngineTimeout, Generation, GenerationRequest
 
 log = logging.getLogger(__name__)
+
+POLICIES = ("affinity", "least_outstanding", "round_robin")
 
 
 @dataclass
@@ -53,7 +64,7 @@ class RemoteVLLMEngine:
       timeout_s    default per-request timeout (``EngineTimeout``); None = no deadline
       connect_timeout_s  connection timeout per attempt (then fail over)
       cooldown_s   how long a server that failed is skipped (unless all are down)
-      policy       "least_outstanding" (default) or "round_robin"
+      policy       "least_outstanding" (default), "affinity" or "round_robin" (module docstring)
       api_key      optional bearer token (vLLM ``--api-key``)
     """
 
@@ -74,8 +85,8 @@ class RemoteVLLMEngine:
             urls = [u for u in urls.split(",") if u.strip()]
         if not urls:
             raise ValueError("RemoteVLLMEngine needs at least one server URL")
-        if policy not in ("least_outstanding", "round_robin"):
-            raise ValueError(f"unknown load policy {policy!r}")
+        if policy not in POLICIES:
+            raise ValueError(f"unknown load policy {policy!r}; expected one of {POLICIES}")
         self.servers = [_Server(self._base(u)) for u in urls]
         self.model = model
         self.adapter = adapter
@@ -151,7 +162,7 @@ class RemoteVLLMEngine:
 
     # -- routing ----------------------------------------------------------------------------------------
 
-    def _order(self) -> list[_Server]:
+    def _order(self, affinity_key: str | None = None) -> list[_Server]:
         """Servers in the order to try: healthy ones first by policy, then cooling-down ones."""
         now = time.monotonic()
         n = len(self.servers)
@@ -159,7 +170,9 @@ class RemoteVLLMEngine:
         rotated = self.servers[start:] + self.servers[:start]
         up = [s for s in rotated if s.down_until <= now]
         down = sorted((s for s in rotated if s.down_until > now), key=lambda s: s.down_until)
-        if self.policy == "least_outstanding":
+        if self.policy == "affinity" and affinity_key is not None:
+            up.sort(key=lambda s: rendezvous_rank(affinity_key, s.url))
+        elif self.policy in ("least_outstanding", "affinity"):
             up.sort(key=lambda s: s.outstanding)  # stable: ties keep the rotated (round-robin) order
         return up + down
 
@@ -199,7 +212,7 @@ class RemoteVLLMEngine:
         t0 = time.perf_counter()
         try:
             async with asyncio.timeout(timeout):
-                data, server = await self._post_with_failover(self._body(req))
+                data, server = await self._post_with_failover(self._body(req), req.affinity_key)
         except TimeoutError as e:
             raise EngineTimeout(f"remote vLLM generation exceeded {timeout} s") from e
         seconds = time.perf_counter() - t0
@@ -218,10 +231,10 @@ class RemoteVLLMEngine:
         except (KeyError, IndexError, TypeError, ValueError) as e:
             raise EngineError(f"malformed completion response from {server}: {e}") from e
 
-    async def _post_with_failover(self, body: dict) -> tuple[dict, str]:
+    async def _post_with_failover(self, body: dict, affinity_key: str | None = None) -> tuple[dict, str]:
         client = self._ensure_client()
         errors: list[str] = []
-        for s in self._order():
+        for s in self._order(affinity_key):
             s.outstanding += 1
             s.requests += 1
             try:
@@ -254,3 +267,9 @@ class RemoteVLLMEngine:
         s.failures += 1
         s.down_until = time.monotonic() + self.cooldown_s
         log.warning("vLLM server %s failed; skipping it for %.1f s", s.url, self.cooldown_s)
+
+
+def rendezvous_rank(key: str, url: str) -> bytes:
+    """Sort key of ``url`` for ``key`` (lowest first): highest-random-weight hashing, stable across processes,
+    so every replica of the service sends a session to the same server."""
+    return hashlib.blake2b(f"{key}\x00{url}".encode(), digest_size=8).digest()

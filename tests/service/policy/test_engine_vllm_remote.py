@@ -11,7 +11,7 @@ import pytest
 
 from service.policy.engines.base import Engine, EngineError, EngineTimeout, GenerationRequest
 from service.policy.engines.factory import make_engine
-from service.policy.engines.vllm_remote import RemoteVLLMEngine
+from service.policy.engines.vllm_remote import RemoteVLLMEngine, rendezvous_rank
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -98,3 +98,34 @@ async def test_server_exposes_vllm_metrics(vllm_servers):
     async with httpx.AsyncClient() as c:
         text = (await c.get(f"{vllm_servers[0]}/metrics")).text
     assert "vllm:generation_tokens_total" in text
+
+
+async def test_affinity_keeps_each_key_on_one_server_and_moves_only_a_dead_servers_keys(
+        vllm_servers, dead_url, action_regex, prompt):
+    keys = [f"tenant/session-{i}" for i in range(12)]
+    live = RemoteVLLMEngine(vllm_servers, model="tiny", policy="affinity")
+    with_dead = RemoteVLLMEngine([*vllm_servers, dead_url], model="tiny", policy="affinity", cooldown_s=60.0)
+    try:
+        async def home(eng, key):
+            servers = set()
+            for i in range(3):   # three steps of one session, some of them concurrent with other sessions
+                g = await eng.generate(GenerationRequest(prompt=prompt, regex=action_regex, max_tokens=200,
+                                                         seed=i, affinity_key=key))
+                servers.add(g.extra["server"])
+            assert len(servers) == 1, f"{key} was served by {servers}"
+            return servers.pop()
+
+        homes = dict(zip(keys, await asyncio.gather(*(home(live, k) for k in keys))))
+        if len(vllm_servers) > 1:
+            assert len(set(homes.values())) > 1, homes   # the keys spread over the servers
+        moved = dict(zip(keys, await asyncio.gather(*(home(with_dead, k) for k in keys))))
+        # adding a (dead) server moves no key between the live ones: a key whose home is the dead server fails over,
+        # the others keep their server
+        assert all(moved[k] == homes[k] for k in keys), (homes, moved)
+        urls, dead_base = [s["url"] for s in with_dead.stats()], RemoteVLLMEngine._base(dead_url)
+        ranked_dead_first = [k for k in keys if min(urls, key=lambda u: rendezvous_rank(k, u)) == dead_base]
+        dead = next(s for s in with_dead.stats() if s["url"] == dead_base)
+        assert (dead["failures"] >= 1) == bool(ranked_dead_first), (dead, ranked_dead_first)
+    finally:
+        await live.close()
+        await with_dead.close()
