@@ -22,6 +22,9 @@ Layouts (``--layouts`` picks; CPU ids are this process's allowed CPUs, in order)
   (the service's engine runs without chunked prefill and a budget of max(max_model_len, 2048));
 * ``batched-8192``: ``1srv-1t`` with a budget of 8,192 tokens per engine step, no chunked prefill;
 * ``int8``: ``1srv-1t`` serving ``--int8-model`` (bench/int8_checkpoint.py's W8A8 copy of the policy) instead;
+* ``inproc-1t`` / ``inproc-2t``: no vLLM server: the service as ``make serve`` runs it, with its in-process engine
+  (compiled, the same KV cache), its OpenMP threads as in ``1srv-1t`` / ``1srv-2t``. Its prefix cache cannot be
+  reset from outside, so run one level per invocation for these (a second level would find the first's prefixes);
 * ``transformers``: the same merged checkpoint served by transformers ``generate`` behind the same grammar, one
   request at a time, one torch thread (bench/hf_completions_server.py). It is slow, so each level stops sending
   new steps after ``--transformers-budget-s`` seconds; the steps it played are each session's first ones, whose
@@ -60,6 +63,7 @@ from bench.service_vs_vllm import (  # noqa: E402
 )
 from service.embedded_redis import free_port  # noqa: E402
 from service.policy.pretrained import resolve_policy_dir  # noqa: E402
+from tests.deploy.live_server import live_server  # noqa: E402
 from training.envs.alfworld.paths import list_games  # noqa: E402
 
 CPUS = sorted(os.sched_getaffinity(0))
@@ -83,6 +87,8 @@ def layouts(int8_model: str | None = None) -> dict[str, dict]:
         "chunked-2048": {"servers": [one(1, first, (*chunked, "2048"))], "policy": "affinity"},
         "batched-8192": {"servers": [one(1, first, ("--max-num-batched-tokens", "8192"))], "policy": "affinity"},
         "int8": {"servers": [one(1, first)], "policy": "affinity", "model": int8_model},
+        "inproc-1t": {"servers": [], "inproc": one(1, first)["env"]},
+        "inproc-2t": {"servers": [], "inproc": one(len(CPUS), CPUS)["env"]},
         "transformers": {"servers": [{"kind": "hf", "threads": 1}], "policy": "affinity", "budget": True},
     }
 
@@ -97,8 +103,10 @@ def start_hf(model_dir: Path, served_name: str, threads: int, log: Path) -> tupl
 
 
 def run_level(layout: str, url: str, servers: list[str], episodes: list[dict], sessions: int,
-              budget_s: float | None = None) -> dict:
-    for s in servers:
+              budget_s: float | None = None, reset: bool = True) -> dict:
+    """Replay ``episodes`` through the service at ``url``; ``servers``: where vLLM's counters are read (and its prefix
+    cache reset first, if ``reset``)."""
+    for s in servers if reset else ():
         reset_prefix_cache(s)
     before = [prefix_counters(s) for s in servers]
     t0 = time.perf_counter()
@@ -133,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--games", required=True, help="folder of generated games (a split folder)")
     ap.add_argument("--n", type=int, default=32, help="games recorded (at least the largest level)")
     ap.add_argument("--levels", type=int, nargs="+", default=[16, 32], help="sessions at once, per level")
-    ap.add_argument("--layouts", nargs="+", default=[k for k in layouts() if k not in ("int8", "transformers")],
+    ap.add_argument("--layouts", nargs="+",
+                    default=[k for k in layouts() if k not in ("int8", "transformers", "inproc-1t", "inproc-2t")],
                     choices=list(layouts()))
     ap.add_argument("--int8-model", default=None, help="the int8 layout's model folder (bench/int8_checkpoint.py)")
     ap.add_argument("--record-sessions", type=int, default=16, help="sessions at once while recording")
@@ -191,6 +200,15 @@ def main(argv: list[str] | None = None) -> int:
                 Path(args.episodes).write_text(json.dumps(episodes))
         for name in args.layouts:
             spec = layouts(args.int8_model)[name]
+            if "inproc" in spec:
+                with live_server(Path(args.policy), tmp / f"serve-{name}.log", EVOHARNESS_ENFORCE_EAGER="0",
+                                 EVOHARNESS_MAX_MODEL_LEN=str(args.max_model_len), EVOHARNESS_RATE_LIMIT="0",
+                                 EVOHARNESS_KV_CACHE_GIB=str(args.kv_cache_gib), EVOHARNESS_ENGINE_TIMEOUT_S="600",
+                                 EVOHARNESS_STEP_TIMEOUT_S="900", **spec["inproc"]) as url:
+                    for n in args.levels:
+                        out["rows"].append(run_level(name, url, [url], episodes[:n], n, reset=False))
+                        save()
+                continue
             with ExitStack() as stack:
                 urls = servers(tmp, spec, stack)
                 with serve_remote(Path(args.policy), urls, tmp / f"serve-{name}.log", args.max_model_len,

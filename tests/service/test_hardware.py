@@ -23,3 +23,13 @@ def test_an_explicit_dtype_overrides_the_flags():
     assert serving_dtype("float32", cpuinfo=AMX) == "float32"
     assert serving_dtype("bfloat16", cpuinfo=NO_BF16) == "bfloat16"
 
+
+
+def test_engine_threads_bind_every_cpu_of_a_small_box_and_leave_explicit_settings_alone():
+    from service.hardware import engine_thread_env
+
+    assert engine_thread_env({}, [0, 1]) == {"OMP_NUM_THREADS": "2", "VLLM_CPU_OMP_THREADS_BIND": "0,1"}
+    assert engine_thread_env({}, [2, 5, 7]) == {"OMP_NUM_THREADS": "3", "VLLM_CPU_OMP_THREADS_BIND": "2,5,7"}
+    assert engine_thread_env({}, list(range(16))) == {"OMP_NUM_THREADS": "1"}   # vLLM's auto binding
+    assert engine_thread_env({"OMP_NUM_THREADS": "1"}, [0, 1]) == {}
+    assert engine_thread_env({"VLLM_CPU_OMP_THREADS_BIND": "0"}, [0, 1]) == {}
