@@ -132,6 +132,10 @@ class EpisodeGRPOConfig:
         "help": "reward weights (a short run needs a larger --cost-per-call and a --div-anneal-updates within it)"})
     seed: int = field(default=0, metadata={"help": "seed (game order)"})
     threads: int = field(default=2, metadata={"help": "torch threads of the update"})
+    bf16: str = field(default="auto", metadata={
+        "help": "bf16 autocast of the update: auto = where a bf16 matmul beats fp32 here (training.hardware); on; "
+                "off (fp32). An Intel host with AVX512-BF16 but no AMX trained slower under bf16 "
+                "autocast than in fp32 (docs/training.md, session 29)", "choices": ["auto", "on", "off"]})
 
 
 # ------------------------------------------------------------------------------------------------ rollouts
@@ -370,7 +374,7 @@ def run(cfg: EpisodeGRPOConfig) -> list[dict]:
     from service.policy.turns import Sampling
     from training.agent import EnginePolicy
     from training.envs.alfworld.paths import list_games
-    from training.hardware import cpu_has_bf16
+    from training.hardware import bf16_autocast_pays
     from training.plots import plot_curves
 
     torch.set_num_threads(cfg.threads)
@@ -400,7 +404,7 @@ def run(cfg: EpisodeGRPOConfig) -> list[dict]:
         reference = trainable_snapshot(start_model)
         del start_model
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
-    bf16 = cpu_has_bf16()
+    bf16 = bf16_autocast_pays() if cfg.bf16 == "auto" else cfg.bf16 == "on"
 
     context = cfg.max_length
 

@@ -30,7 +30,7 @@ from training.evaluate import EvalConfig
 from training.export import ExportConfig
 from training.grpo import GRPORunConfig
 from training.grpo_episodes import EpisodeGRPOConfig
-from training.hardware import cpu_has_bf16
+from training.hardware import bf16_autocast_pays
 from training.model_init import SIZES, ModelInitConfig
 from training.reward import RewardConfig
 from training.sft import SFTRunConfig
@@ -246,7 +246,7 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
         sh(*stage(work, "sft", "training.sft", SFTRunConfig(
             base=base, data=cfg.teacher_out, out=str(work / "sft"), max_steps=cfg.sft_steps, lm_steps=cfg.lm_steps,
             lr=cfg.sft_lr, batch=cfg.sft_batch, modes=cfg.sft_modes, max_length=cfg.sft_max_length,
-            threads=cfg.threads, bf16=cfg.bf16_autocast and cpu_has_bf16(), **lora)))
+            threads=cfg.threads, bf16=cfg.bf16_autocast and bf16_autocast_pays(), **lora)))
     adapter = work / "sft" / "adapter"
     bank = f"{cfg.teacher_out}/bank.json"
     if pretrained and "more" in cfg.stages and cfg.more_games:
@@ -351,7 +351,7 @@ def more_stage(cfg: PipelineConfig, work: Path, base: str, adapter: Path, done) 
                 base=base, data=teacher, out=str(out), max_steps=cfg.more_steps,
                 lr=cfg.more_lr if r == 1 or cfg.more_later_lr is None else cfg.more_later_lr,
                 batch=cfg.sft_batch, modes=cfg.sft_modes, max_length=cfg.sft_max_length, threads=cfg.threads,
-                bf16=cfg.bf16_autocast and cpu_has_bf16(), init_adapter=str(adapter), seed=r,
+                bf16=cfg.bf16_autocast and bf16_autocast_pays(), init_adapter=str(adapter), seed=r,
                 replay_data=[more_teacher(k) for k in range(1, r)] if cfg.more_replay else [])))
         adapter, bank = out / "adapter", f"{teacher}/bank.json"
     return adapter, bank
@@ -395,7 +395,7 @@ def calls_stage(cfg: PipelineConfig, work: Path, base: str, adapter: Path, done)
         base=base, data=CALLS_TEACHER, holdout_data=heldout, out=str(out), max_steps=cfg.calls_steps,
         lr=cfg.calls_lr, batch=cfg.sft_batch,
         modes={"inline": 1.0, "always_on": 0.0, "env_only": 0.0}, max_length=cfg.sft_max_length,
-        threads=cfg.threads, bf16=cfg.bf16_autocast and cpu_has_bf16(), init_adapter=str(adapter), seed=2)))
+        threads=cfg.threads, bf16=cfg.bf16_autocast and bf16_autocast_pays(), init_adapter=str(adapter), seed=2)))
     return out / "adapter"
 
 
@@ -427,7 +427,7 @@ def dagger_rounds(cfg: PipelineConfig, work: Path, base: str, adapter: Path, don
         sh(*stage(work, f"dagger-r{r}-sft", "training.sft", SFTRunConfig(
             base=base, data=cfg.teacher_out, out=str(rd), max_steps=cfg.dagger_steps, lr=cfg.dagger_lr,
             batch=cfg.sft_batch, modes=cfg.sft_modes, max_length=cfg.sft_max_length, threads=cfg.threads,
-            bf16=cfg.bf16_autocast and cpu_has_bf16(), init_adapter=str(adapter),
+            bf16=cfg.bf16_autocast and bf16_autocast_pays(), init_adapter=str(adapter),
             train_from_layer=cfg.dagger_train_from_layer, sources=cfg.dagger_sources, dagger_cap=cfg.dagger_cap,
             seed=r)))
         adapter = rd / "adapter"
