@@ -70,8 +70,8 @@ class PipelineConfig:
     lora_from_layer: int = field(default=12, metadata={
         "help": "first layer with adapters: on layers 12-29, the backward pass stops at layer 12"})
     bf16_autocast: bool = field(default=True, metadata={
-        "help": "bf16 autocast in SFT where the CPU has avx512_bf16/AMX and a bf16 matmul beats fp32 (timed at run time, "
-                "training.hardware)"})
+        "help": "bf16 autocast in SFT where the CPU has avx512_bf16/AMX and a bf16 matmul beats fp32 (timed at "
+                "run time, training.hardware)"})
     threads: int = field(default=2, metadata={"help": "torch threads for SFT and GRPO"})
     more_games: int = field(default=0, metadata={
         "help": "games of a second train set (seed more_seed, data/alfworld-more) whose expert episodes continue the "

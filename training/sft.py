@@ -57,7 +57,8 @@ class SFTRunConfig:
     lora_r: int = field(default=64, metadata={"help": "LoRA rank"})
     lora_alpha: int = field(default=128, metadata={"help": "LoRA alpha"})
     lora_from_layer: int = field(default=0, metadata={"help": "first decoder layer with adapters"})
-    bf16: bool = field(default=False, metadata={"help": "bf16 (only where the CPU has bf16 instructions, or a GPU)"})
+    bf16: bool = field(default=False, metadata={
+        "help": "bf16 (a GPU; or a CPU where training.hardware.bf16_autocast_pays() says so)"})
     holdout_games: int = field(default=4, metadata={"help": "games held out for constrained accuracy"})
     holdout_data: str | None = field(default=None, metadata={
         "help": "teacher folder whose games are all held out (its inline expert turns are the held-out turns, and "
@@ -229,7 +230,8 @@ def run(cfg: SFTRunConfig) -> dict:
     started = time.perf_counter()
     tok = AutoTokenizer.from_pretrained(cfg.base)
     # bf16 on a GPU: bf16 weights; on a CPU with bf16 instructions: fp32 weights under bf16 autocast (measured
-    # 1.4x faster than fp32 on an AVX512-BF16 host; emulated bf16 is ~10x slower: check the flags first)
+    # 1.4x faster than fp32 on an AMD AVX512-BF16 host, 1.35x slower on an Intel one without AMX (session 29), ~10x
+    # slower where bf16 is emulated: training.hardware.bf16_autocast_pays() times it; the pipeline asks it)
     model = AutoModelForCausalLM.from_pretrained(cfg.base, dtype=torch.bfloat16 if cfg.bf16 and _has_gpu()
                                                  else torch.float32)
     peft_config = None
