@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -57,11 +56,10 @@ from bench.service_vs_vllm import (  # noqa: E402
     replay_service,
     reset_prefix_cache,
     serve_remote,
+    start_hf,
     start_vllm,
     stop,
-    wait_ready,
 )
-from service.embedded_redis import free_port  # noqa: E402
 from service.policy.pretrained import resolve_policy_dir  # noqa: E402
 from tests.deploy.live_server import live_server  # noqa: E402
 from training.envs.alfworld.paths import list_games  # noqa: E402
@@ -91,15 +89,6 @@ def layouts(int8_model: str | None = None) -> dict[str, dict]:
         "inproc-2t": {"servers": [], "inproc": one(len(CPUS), CPUS)["env"]},
         "transformers": {"servers": [{"kind": "hf", "threads": 1}], "policy": "affinity", "budget": True},
     }
-
-
-def start_hf(model_dir: Path, served_name: str, threads: int, log: Path) -> tuple:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "hf_completions_server.py"), "--model",
-                             str(model_dir), "--served-model-name", served_name, "--port", str(port), "--threads",
-                             str(threads)], env={**os.environ, "OMP_NUM_THREADS": str(threads)},
-                            stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
-    return proc, wait_ready(proc, f"http://127.0.0.1:{port}", log, "transformers server", 300)
 
 
 def run_level(layout: str, url: str, servers: list[str], episodes: list[dict], sessions: int,
