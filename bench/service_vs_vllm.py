@@ -337,7 +337,7 @@ def print_table(out: dict) -> None:
           "service/raw p50 | raw/service steps/s | service/transformers steps/s |")
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     by = {(r["sessions"], r["side"]): r for r in out["levels"] + out["in_process"]}
-    for n in sorted({r["sessions"] for r in out["levels"]}):
+    for n in sorted({r["sessions"] for r in out["levels"] + out["in_process"]}):
         svc, raw, hf = by.get((n, "service")), by.get((n, "raw")), by.get((n, "transformers"))
         for r in (svc, raw, hf, by.get((n, "in-proc"))):
             if r is None:
@@ -377,6 +377,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="skip the service in front of transformers generate on the same replays")
     ap.add_argument("--transformers-budget-s", type=float, default=240.0,
                     help="per level: the transformers side starts no step after this many seconds")
+    ap.add_argument("--transformers-levels", type=int, nargs="+", default=None,
+                    help="the levels the transformers side replays (default: every level; its rate does not grow "
+                         "with sessions, so a few suffice)")
     ap.add_argument("--episodes", default=None, help="recording cache: replayed if it exists, else written")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
@@ -425,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
             hf_proc, hf_url = start_hf(model_dir, args.policy, args.engine_threads, tmp / "hf.log")
             try:
                 with serve_remote(Path(args.policy), hf_url, tmp / "serve-hf.log", args.max_model_len) as url:
-                    for n in args.levels:
+                    for n in args.transformers_levels or args.levels:
                         out["levels"].append(run_level("transformers", replay_service, url, games_at(n, episodes), n,
                                                        None, args.transformers_budget_s))
                         save()
