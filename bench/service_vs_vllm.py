@@ -205,7 +205,10 @@ def serve_remote(policy: Path, vllm_url: str | list[str], log: Path, max_model_l
     return live_server(policy, log, EVOHARNESS_ENGINE="remote", EVOHARNESS_REMOTE_URLS=json.dumps(urls),
                        EVOHARNESS_REMOTE_POLICY=remote_policy,
                        EVOHARNESS_MAX_MODEL_LEN=str(max_model_len), EVOHARNESS_RATE_LIMIT="0",
-                       EVOHARNESS_ENGINE_TIMEOUT_S="600", EVOHARNESS_STEP_TIMEOUT_S="900")
+                       EVOHARNESS_ENGINE_TIMEOUT_S="600", EVOHARNESS_STEP_TIMEOUT_S="900",
+                       # a bench measures throughput, not load shedding: a step waits for its slot (behind a slow
+                       # engine such as transformers at 32 sessions) rather than getting 503 after the default 30 s
+                       EVOHARNESS_ADMISSION_TIMEOUT_S="900")
 
 
 # -- record -----------------------------------------------------------------------------------------------------
