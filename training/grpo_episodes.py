@@ -115,6 +115,11 @@ class EpisodeGRPOConfig:
                 "harness-call turns, so the reward moves when to call while the environment actions change only "
                 "through shared weights (and are held by --kl-beta, which still covers every token)",
         "choices": ["all", "calls"]})
+    cut_after_calls: bool = field(default=False, metadata={
+        "help": "with --pg-turns calls: cut each training sequence after its last harness-call token. The turns after "
+                "it carry no policy gradient, so only their KL term goes with them, and the update skips the forward "
+                "and backward over the episode's tail (calls come early: recall on turn one, commits at subgoals). "
+                "A sequence with no call is dropped"})
     loss_norm: str = field(default="token", metadata={
         "help": "token: the mean over every policy token of the batch (DAPO; long episodes weigh more); episode: "
                 "each episode's tokens averaged first, then the mean over episodes (the original GRPO)",
@@ -232,10 +237,11 @@ def group_advantages(rewards: list[float], group: int, floor: float | None = Non
 
 
 def sequences(episodes: list[dict], tok, max_length: int, call_credit: float = 0.0,
-              calls_only: bool = False) -> list[dict]:
+              calls_only: bool = False, cut_after_calls: bool = False) -> list[dict]:
     """Each episode's rows chained into sequences and tokenized as SFT does. Every policy token carries its
     advantage (``token_advantage``, aligned with the tokens): the episode's, minus ``call_credit`` on the tokens of a
-    harness-call turn (with ``calls_only``, 0 on every other token); and its episode's index (``episode``)."""
+    harness-call turn (with ``calls_only``, 0 on every other token); and its episode's index (``episode``). With
+    ``cut_after_calls`` each sequence ends at its last harness-call token, and one without a call is dropped."""
     from training.sft import episodes_of, tokenize_episode
 
     out = []
@@ -244,8 +250,15 @@ def sequences(episodes: list[dict], tok, max_length: int, call_credit: float = 0
         for seq in episodes_of(ep["rows"]):
             calls = [bool(next(rows).get("harness")) for _ in seq["spans"]]   # one span per row, in row order
             enc = tokenize_episode(tok, seq, max_length, with_spans=True)
+            spans = enc.pop("span_index")
             adv = [ep["advantage"] - call_credit if j >= 0 and calls[j] else 0.0 if calls_only else ep["advantage"]
-                   for j in enc.pop("span_index")]
+                   for j in spans]
+            if cut_after_calls:
+                ends = [i + 1 for i, j in enumerate(spans) if j >= 0 and calls[j]]
+                if not ends:
+                    continue
+                enc = {k: v[:ends[-1]] for k, v in enc.items()}
+                adv = adv[:ends[-1]]
             out.append({**enc, "token_advantage": adv, "advantage": ep["advantage"], "episode": k})
     return out
 
@@ -438,7 +451,7 @@ def run(cfg: EpisodeGRPOConfig) -> list[dict]:
                 ep["advantage"] = adv
             calls_only = cfg.pg_turns == "calls"
             seqs = sequences([e for e in episodes if carries_loss(e, cfg)], tok, cfg.max_length, cfg.call_credit,
-                             calls_only)
+                             calls_only, calls_only and cfg.cut_after_calls)
             tick = time.perf_counter()
             model.train()
             opt.zero_grad()

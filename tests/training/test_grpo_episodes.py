@@ -123,6 +123,23 @@ def test_calls_only_puts_the_policy_gradient_on_the_call_turn_alone_and_a_step_l
     assert carries_loss({"advantage": 1.0, "calls": []}, EpisodeGRPOConfig())
 
 
+def test_cut_after_calls_ends_the_sequence_at_the_last_call_token_and_drops_a_callless_one(tiny_model):
+    from training.grpo_episodes import sequences
+
+    _, tok = _lora(tiny_model)
+    rows = _call_then_act_rows()
+    (whole,) = sequences([{"rows": rows, "advantage": 0.25}], tok, 4096, call_credit=1.0, calls_only=True)
+    (cut,) = sequences([{"rows": rows, "advantage": 0.25}], tok, 4096, call_credit=1.0, calls_only=True,
+                       cut_after_calls=True)
+    n = len(cut["input_ids"])
+    assert n < len(whole["input_ids"]) and cut["input_ids"] == whole["input_ids"][:n]
+    assert len(cut["completion_mask"]) == len(cut["token_advantage"]) == n
+    assert cut["token_advantage"][-1] == -0.75                      # the last token is the call's (its IM_END)
+    assert tok.decode(cut["input_ids"]).endswith(rows[0]["completion"])
+    callless = [dict(r, harness=False) for r in rows]
+    assert sequences([{"rows": callless, "advantage": 0.25}], tok, 4096, calls_only=True, cut_after_calls=True) == []
+
+
 def test_advantages_are_relative_to_each_game_group_and_the_floor_or_ceiling_clips_them():
     from training.grpo_episodes import group_advantages
 
