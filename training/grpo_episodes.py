@@ -27,7 +27,8 @@ the one for the pretrained base, where the served prompt is the episode as one g
    gradient to the harness-call turns alone (another departure, off by default): a sampled episode that won reinforces
    its wandering environment actions too, and the greedy policy after session 12's run took 17 env steps where SFT
    took 13 on the same games. With it the reward teaches when to call, and the environment actions move only through
-   the shared adapter weights, held near SFT by ``--kl-beta``.
+   the shared adapter weights, held near SFT by ``--kl-beta``. ``--cut-after-calls`` then ends each training sequence
+   at its last call token, so the update skips the episode's tail (about half the update time in session 31).
 4. Loss. Each episode's turns chain into one sequence (``training.sft.episodes_of``: a turn continues the sequence
    when its prompt extends it), tokenized once as in SFT; one forward gives the log-probabilities of every policy
    token (logits only at those positions). ``-A_t * log p_t`` averaged over the batch's policy tokens
