@@ -181,7 +181,7 @@ def test_grpo_on_a_pretrained_base_trains_the_adapter_and_keeps_the_one_before_a
     cfg = pipeline.PipelineConfig(work=str(tmp_path / "work"), teacher_out=str(tmp_path / "teacher"),
                                   out=str(tmp_path / "policy"), stages=["grpo", "export", "eval"], grpo_updates=3,
                                   grpo_call_credit=0.5, grpo_loss_norm="episode", grpo_lambda_div=0.0,
-                                  grpo_concurrency=16)
+                                  grpo_concurrency=16, grpo_pg_turns="calls", grpo_cut_after_calls=True)
     calls = run_recorded(cfg, monkeypatch)
     names = [name for _, name, _ in calls]
     assert names[:3] == ["grpo.json", "export-sft.json", "export.json"]
@@ -194,6 +194,7 @@ def test_grpo_on_a_pretrained_base_trains_the_adapter_and_keeps_the_one_before_a
     assert grpo["reward"]["cost_per_call"] == cfg.grpo_cost_per_call
     assert (grpo["call_credit"], grpo["loss_norm"], grpo["reward"]["lambda_div_max"], grpo["concurrency"]) == (
         0.5, "episode", 0.0, 16)
+    assert (grpo["pg_turns"], grpo["cut_after_calls"]) == ("calls", True)
     assert by_name["export-sft.json"]["adapter"] == str(work / "sft" / "adapter")    # the baseline: before GRPO
     grpo_bank = str(work / "grpo" / "bank.json")
     assert (by_name["export.json"]["adapter"], by_name["export.json"]["bank"]) == (
