@@ -269,7 +269,8 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
                 max_env_steps=cfg.grpo_max_env_steps, lr=cfg.grpo_lr, threads=cfg.threads,
                 call_credit=cfg.grpo_call_credit, loss_norm=cfg.grpo_loss_norm, concurrency=cfg.grpo_concurrency,
                 advantage_floor=cfg.grpo_advantage_floor, kl_beta=cfg.grpo_kl_beta, pg_turns=cfg.grpo_pg_turns,
-                cut_after_calls=cfg.grpo_cut_after_calls, kv_cache_gib=cfg.eval_kv_cache_gib, temperature=cfg.grpo_temperature,
+                cut_after_calls=cfg.grpo_cut_after_calls, kv_cache_gib=cfg.eval_kv_cache_gib,
+                temperature=cfg.grpo_temperature,
                 no_call_share=cfg.grpo_no_call_share, twin_budget=cfg.grpo_twin_budget,
                 reward=RewardConfig(cost_per_call=cfg.grpo_cost_per_call, div_anneal_updates=cfg.grpo_div_anneal,
                                     lambda_div_max=cfg.grpo_lambda_div))))
