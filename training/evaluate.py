@@ -50,6 +50,10 @@ class EvalConfig:
         "help": "report folders to merge into --out instead of playing (their episodes, in the order given)"})
     max_steps: int = field(default=50, metadata={"help": "environment steps per episode"})
     window: int = field(default=8, metadata={"help": "episodes per bank consolidation"})
+    bank_lag: int = field(default=0, metadata={
+        "help": "windows the bank a window starts with lags behind: 0 = each window waits for the one before it "
+                "to be played and consolidated; 1 = it starts with the bank of the windows before that one and "
+                "fills the slots as they free, as a service's evolver runs behind its live sessions"})
     concurrency: int = field(default=8, metadata={
         "help": "episodes in flight at once (threads, one env each; the engine batches their requests); at most "
                 "--window. 1 = one episode after another"})
@@ -181,12 +185,17 @@ class EpisodeSlots:
         for slot in self.all:
             self.free.put(slot)
 
-    def play(self, game) -> tuple[dict, dict]:
-        """One episode on a free slot: (driver record + harness extras, the episode's bank evidence)."""
+    def play(self, game, mode: str | None = None, bank: dict | None = None) -> tuple[dict, dict]:
+        """One episode on a free slot: (driver record + harness extras, the episode's bank evidence). ``mode`` and
+        ``bank``, where given, are this episode's (otherwise the slot keeps what ``set`` or the policy gave it)."""
         from training.envs.alfworld.episode import play_episode
 
         twin, env = self.free.get()
         try:
+            if mode is not None:
+                twin.mode = mode
+            if bank is not None:
+                twin.bank = bank
             twin.episodes, twin.evidence = [], []
             row = play_episode(env, twin, game)
             row.update(twin.episodes[-1])
@@ -194,40 +203,52 @@ class EpisodeSlots:
         finally:
             self.free.put((twin, env))
 
-    def set(self, mode: str, bank: dict) -> None:
-        for twin, _ in self.all:
-            twin.mode, twin.bank = mode, bank
-
     def close(self) -> None:
         for _, env in self.all:
             env.close()
 
 
-def evaluate_one(slots: EpisodeSlots, games, mode: str, bank: dict, window: int,
+def evaluate_one(slots: EpisodeSlots, games, mode: str, bank: dict, window: int, lag: int = 0,
                  on_window=None) -> tuple[list[dict], dict]:
     """Play ``games`` in windows of ``window`` episodes (up to the slots' concurrency at once), consolidating the
-    bank after each window from that window's evidence in game order, as the service's evolver would."""
+    bank after each window from that window's evidence in game order, as the service's evolver would.
+
+    ``lag`` is how many windows the bank a window starts with lags behind: with 0, window k starts once window k-1
+    is played and consolidated, so the slots idle while the window's slowest episode (often a lost one, at the step
+    limit) finishes; with 1, window k starts with the bank of windows 0..k-2 and fills the slots window k-1 frees.
+    Either way each game's bank depends on the game order only, not on which episode finishes first."""
     from concurrent.futures import ThreadPoolExecutor
 
     from tqdm import tqdm
 
     from service.bank.evolver import consolidate
 
-    results = []
+    chunks = [games[start:start + window] for start in range(0, len(games), window)]
+    banks = [bank]            # banks[j]: the bank after consolidating windows 0..j-1
+    pending: list[list] = []  # futures of each window, in window order
+    results: list[dict] = []
     bar = tqdm(total=len(games), desc=f"{mode}", unit="game")
+
+    def consolidate_next() -> None:
+        j = len(banks) - 1
+        played = [f.result() for f in pending[j]]   # window order, and game order inside it
+        evidence = [dict(ev, session_id=f"{j * window + i:05d}") for i, (_, ev) in enumerate(played)]
+        banks.append(consolidate(banks[j], evidence, j + 1)[0])
+        results.extend(row for row, _ in played)
+        bar.update(len(played))
+        if on_window is not None:
+            on_window(results, banks[-1])
+
     with ThreadPoolExecutor(len(slots.all)) as pool:
-        for start in range(0, len(games), window):
-            chunk = games[start:start + window]
-            slots.set(mode, bank)
-            played = list(pool.map(slots.play, chunk))   # map keeps game order whatever finishes first
-            evidence = [dict(ev, session_id=f"{start + i:05d}") for i, (_, ev) in enumerate(played)]
-            bank, _ = consolidate(bank, evidence, start // window + 1)
-            results += [row for row, _ in played]
-            bar.update(len(chunk))
-            if on_window is not None:
-                on_window(results, bank)
+        for k, chunk in enumerate(chunks):
+            ready = max(0, k - max(0, lag))          # window k starts with banks[ready]
+            while len(banks) - 1 < ready:
+                consolidate_next()
+            pending.append([pool.submit(slots.play, game, mode, banks[ready]) for game in chunk])
+        while len(banks) - 1 < len(chunks):
+            consolidate_next()
     bar.close()
-    return results, bank
+    return results, banks[-1]
 
 
 def summarize_mode(results: list[dict], bank: dict) -> dict:
@@ -346,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
                         seed=args.seed)
     report = {"model": str(model), "max_steps": args.max_steps, "n": args.n, "skip": args.skip, "results": {},
               "seconds": {},
-              "concurrency": min(args.concurrency, args.window), "window": args.window,
+              "concurrency": min(args.concurrency, args.window), "window": args.window, "bank_lag": args.bank_lag,
               "sampling": {"temperature": args.temperature, "top_p": args.top_p, "seed": sampling.seed},
               "dtype": serving_dtype(args.dtype),   # (the CPU build here; on a GPU, auto-cpu is vLLM's auto)
               "engine_kwargs": args.engine_kwargs,
@@ -385,7 +406,8 @@ def main(argv: list[str] | None = None) -> int:
                     (out / "eval.json").write_text(json.dumps(report, indent=1))
                     (out / "eval.md").write_text(markdown(report) + "\n")
 
-                evaluate_one(slots, games, mode, json.loads(json.dumps(start_bank)), args.window, on_window=save)
+                evaluate_one(slots, games, mode, json.loads(json.dumps(start_bank)), args.window,
+                             lag=args.bank_lag, on_window=save)
     finally:
         slots.close()
         policy.close()

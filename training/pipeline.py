@@ -130,33 +130,40 @@ class PipelineConfig:
         "help": "the calls stage's held-out games: the last ones of the train plan, which the sft stage held out "
                 "and no stage trained on (the calls stage's own games are games the sft stage trained on)"})
     grpo_updates: int = field(default=0, metadata={
-        "help": "GRPO updates; 0: no GRPO stage (on a pretrained base: training.grpo_episodes on the adapter)"})
+        "help": "GRPO updates; 0: no GRPO stage (on a pretrained base: training.grpo_episodes on the adapter). The "
+                "other grpo_ defaults are session 32's recipe (8 games x 4 rollouts, half of them budget-1 twins, "
+                "lr 2e-5, KL 0.05, cost 0.5 per call), which cut the shipped adapter's calls 3.89 -> 1.01 in 7 "
+                "updates (docs/training.md)"})
+    grpo_games: int = field(default=0, metadata={
+        "help": "fresh train-split games (seed grpo_games_seed, in data/alfworld-grpo, planner-checked) that the "
+                "GRPO rollouts play instead of the SFT's own train games; 0 = the SFT's train games"})
+    grpo_games_seed: int = field(default=9009, metadata={"help": "generator seed of the GRPO games"})
     grpo_group: int = field(default=4, metadata={"help": "GRPO rollouts per game"})
-    grpo_games_per_update: int = field(default=2, metadata={"help": "GRPO games per update"})
+    grpo_games_per_update: int = field(default=8, metadata={"help": "GRPO games per update"})
     grpo_max_env_steps: int = field(default=30, metadata={"help": "GRPO environment steps per episode"})
-    grpo_lr: float = field(default=1e-4, metadata={"help": "GRPO learning rate"})
-    grpo_cost_per_call: float = field(default=0.3, metadata={"help": "GRPO reward's cost per harness call"})
+    grpo_lr: float = field(default=2e-5, metadata={"help": "GRPO learning rate"})
+    grpo_cost_per_call: float = field(default=0.5, metadata={"help": "GRPO reward's cost per harness call"})
     grpo_call_credit: float = field(default=0.0, metadata={
         "help": "GRPO: extra -c advantage on the tokens of every harness-call turn (training.grpo_episodes)"})
     grpo_advantage_floor: float | None = field(default=None, metadata={
         "help": "GRPO: clip episode advantages below at this value (training.grpo_episodes --advantage-floor)"})
-    grpo_kl_beta: float = field(default=0.0, metadata={
+    grpo_kl_beta: float = field(default=0.05, metadata={
         "help": "GRPO: per-token KL penalty to the SFT adapter (training.grpo_episodes --kl-beta)"})
     grpo_pg_turns: str = field(default="all", metadata={
         "help": "GRPO: all, or calls (policy gradient on harness-call turns only; training.grpo_episodes --pg-turns)"})
     grpo_cut_after_calls: bool = field(default=False, metadata={
         "help": "GRPO with grpo_pg_turns calls: each training sequence ends at its last harness-call token "
                 "(training.grpo_episodes --cut-after-calls)"})
-    grpo_loss_norm: str = field(default="token", metadata={
+    grpo_loss_norm: str = field(default="episode", metadata={
         "help": "GRPO loss normalisation: token (DAPO) or episode (the original GRPO)"})
-    grpo_lambda_div: float = field(default=1.0, metadata={
+    grpo_lambda_div: float = field(default=0.0, metadata={
         "help": "GRPO verb-diversity bonus at update 0 (it rewards more verbs; 0 when the point is fewer calls)"})
-    grpo_concurrency: int = field(default=8, metadata={"help": "GRPO rollout episodes in flight"})
+    grpo_concurrency: int = field(default=16, metadata={"help": "GRPO rollout episodes in flight"})
     grpo_temperature: float = field(default=1.0, metadata={"help": "GRPO rollout sampling temperature"})
-    grpo_no_call_share: float = field(default=0.0, metadata={
+    grpo_no_call_share: float = field(default=0.5, metadata={
         "help": "GRPO: share of each group played as twins with at most grpo_twin_budget harness calls "
                 "(training.grpo_episodes --no-call-share)"})
-    grpo_twin_budget: int = field(default=0, metadata={"help": "GRPO: the twins' episode call budget"})
+    grpo_twin_budget: int = field(default=1, metadata={"help": "GRPO: the twins' episode call budget"})
     grpo_div_anneal: int = field(default=4, metadata={
         "help": "U of the diversity bonus (the study: 150 updates; a 10-update CPU run needs it inside its horizon "
                 "or the bonus outweighs the cost term)"})
@@ -168,6 +175,12 @@ class PipelineConfig:
     eval_kv_cache_gib: float = field(default=4.0, metadata={
         "help": "vLLM KV cache (SmolLM2 keeps ~23 KB per token in bf16, ~46 KB in fp32: 16 episodes of ~4k "
                 "tokens need 1.5-3 GiB)"})
+    eval_baseline_splits: list[str] = field(default_factory=lambda: ["valid_unseen"], metadata={
+        "help": "splits the SFT baseline plays when GRPO ran (the GRPO target compares valid_unseen; each split "
+                "is 4-20 min on two cores)"})
+    eval_bank_lag: int = field(default=0, metadata={
+        "help": "windows the bank a window starts with lags behind (training.evaluate --bank-lag): with 1 the next "
+                "window fills the slots while a window's slowest (often lost, 50-step) episode finishes"})
     eval_other_modes: list[str] = field(default_factory=lambda: ["always_on"], metadata={
         "help": "modes evaluated on valid_unseen beside inline"})
     eval_other_modes_n: int | None = field(default=4, metadata={
@@ -263,8 +276,14 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
     sft_policy = None   # pretrained base + GRPO: the adapter before GRPO, exported as the baseline it is judged by
     if pretrained and "grpo" in cfg.stages and cfg.grpo_updates:
         if not done(work / "grpo" / "adapter"):
+            grpo_games = "data/alfworld/train"
+            if cfg.grpo_games:
+                sh(*stage(work, "generate-grpo", "training.envs.alfworld.generate", GenerateConfig(
+                    split="train", count=cfg.grpo_games, seed=cfg.grpo_games_seed, out=Path(GRPO_GAMES))))
+                grpo_games = f"{GRPO_GAMES}/train"
             sh(*stage(work, "grpo", "training.grpo_episodes", EpisodeGRPOConfig(
-                base=base, adapter=str(adapter), bank=bank, out=str(work / "grpo"), updates=cfg.grpo_updates,
+                base=base, adapter=str(adapter), bank=bank, games=grpo_games, out=str(work / "grpo"),
+                updates=cfg.grpo_updates,
                 group=cfg.grpo_group, games_per_update=cfg.grpo_games_per_update,
                 max_env_steps=cfg.grpo_max_env_steps, lr=cfg.grpo_lr, threads=cfg.threads,
                 call_credit=cfg.grpo_call_credit, loss_norm=cfg.grpo_loss_norm, concurrency=cfg.grpo_concurrency,
@@ -299,9 +318,9 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
                 ("policy-modes", Path(cfg.out), ["valid_unseen"], cfg.eval_other_modes,
                  min(filter(None, [cfg.eval_n, cfg.eval_other_modes_n]), default=None))]
         if sft_policy is not None:           # GRPO ran on the adapter: the adapter before it is the baseline
-            runs.insert(0, ("sft", sft_policy, ["valid_unseen", "valid_seen"], ["inline"], cfg.eval_n))
+            runs.insert(0, ("sft", sft_policy, cfg.eval_baseline_splits, ["inline"], cfg.eval_n))
         elif final != work / "sft" / "model":  # GRPO ran: its SFT checkpoint is the baseline
-            runs.insert(0, ("sft", work / "sft" / "model", ["valid_seen", "valid_unseen"], ["inline"], cfg.eval_n))
+            runs.insert(0, ("sft", work / "sft" / "model", cfg.eval_baseline_splits, ["inline"], cfg.eval_n))
         for label, model, splits, modes, n in runs:
             if not modes or (work / f"eval-{label}" / "eval.md").exists() and not force:
                 continue
@@ -309,7 +328,8 @@ def run(cfg: PipelineConfig, force: bool = False) -> None:
                 model=str(model), split=splits, mode=list(modes), n=n or None, max_steps=cfg.eval_max_steps,
                 bank=f"{model}/bank.json" if model == sft_policy else bank,   # each with the bank it shipped with
                 temperature=cfg.eval_temperature, kv_cache_gib=cfg.eval_kv_cache_gib,
-                window=cfg.eval_concurrency, concurrency=cfg.eval_concurrency, out=str(work / f"eval-{label}"))))
+                window=cfg.eval_concurrency, concurrency=cfg.eval_concurrency, bank_lag=cfg.eval_bank_lag,
+                out=str(work / f"eval-{label}"))))
     seconds = round(time.perf_counter() - t0, 1)
     (work / "pipeline.json").write_text(json.dumps({"config": asdict(cfg), "seconds": seconds, "ran": RAN}, indent=1))
     if "export" in cfg.stages:
@@ -331,6 +351,7 @@ def teacher_stage(cfg: PipelineConfig, work: Path, label: str, games_dir: str, o
 
 
 MORE_GAMES, MORE_TEACHER = "data/alfworld-more", "data/teacher-more"
+GRPO_GAMES = "data/alfworld-grpo"
 
 
 def more_stage(cfg: PipelineConfig, work: Path, base: str, adapter: Path, done) -> tuple[Path, str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from service.domains import get_domain
 from service.harness import new_state, observe
 from service.policy.turns import prepare_turn
@@ -120,3 +122,43 @@ def test_merge_reports_joins_one_process_per_split(tmp_path):
     assert merged["prefix_cache"]["valid_seen/inline"] == {"queried_tokens": 50, "hit_tokens": 40, "hit_pct": 80.0}
     assert merged["partial"] == {"valid_unseen/inline": None, "valid_seen/inline": None}   # neither was stopped
     assert "valid_seen" in (tmp_path / "merged" / "eval.md").read_text()
+
+
+class _RecordingSlots:
+    """Stands in for ``EpisodeSlots`` (this module's unit test): each episode records the bank it started with."""
+
+    def __init__(self, concurrency: int, hold_first_until_started: str | None = None):
+        import threading
+
+        self.all = [None] * concurrency
+        self.seen: dict[str, int] = {}
+        self.started = {g: threading.Event() for g in "abcdefghij"}
+        self.hold = hold_first_until_started
+
+    def play(self, game, mode=None, bank=None):
+        self.seen[game] = bank["episodes"]
+        self.started[game].set()
+        if game == "a" and self.hold:                     # the first window's slow episode
+            assert self.started[self.hold].wait(10), f"{self.hold} did not start while a was still playing"
+        return {"game": game}, {"won": False, "session_id": game}
+
+
+@pytest.mark.parametrize("lag", [0, 1])
+def test_each_window_starts_with_the_bank_of_the_windows_lag_behind_it_in_game_order(lag):
+    from service.bank.evolver import new_bank
+    from training.evaluate import evaluate_one
+
+    slots, games = _RecordingSlots(3), list("abcdefghij")   # windows abc, def, ghi, j
+    results, bank = evaluate_one(slots, games, "inline", new_bank(), window=3, lag=lag)
+    assert [r["game"] for r in results] == games and bank["episodes"] == 10
+    for i, g in enumerate(games):
+        assert slots.seen[g] == 3 * max(0, i // 3 - lag), g
+
+
+def test_with_a_lag_the_next_window_fills_the_slots_while_a_slow_episode_finishes():
+    from service.bank.evolver import new_bank
+    from training.evaluate import evaluate_one
+
+    slots = _RecordingSlots(3, hold_first_until_started="e")  # game a returns only once window def is playing
+    results, _ = evaluate_one(slots, list("abcdef"), "inline", new_bank(), window=3, lag=1)
+    assert [r["game"] for r in results] == list("abcdef")

@@ -181,7 +181,8 @@ def test_grpo_on_a_pretrained_base_trains_the_adapter_and_keeps_the_one_before_a
     cfg = pipeline.PipelineConfig(work=str(tmp_path / "work"), teacher_out=str(tmp_path / "teacher"),
                                   out=str(tmp_path / "policy"), stages=["grpo", "export", "eval"], grpo_updates=3,
                                   grpo_call_credit=0.5, grpo_loss_norm="episode", grpo_lambda_div=0.0,
-                                  grpo_concurrency=16, grpo_pg_turns="calls", grpo_cut_after_calls=True)
+                                  grpo_concurrency=16, grpo_pg_turns="calls", grpo_cut_after_calls=True,
+                                  eval_bank_lag=1)
     calls = run_recorded(cfg, monkeypatch)
     names = [name for _, name, _ in calls]
     assert names[:3] == ["grpo.json", "export-sft.json", "export.json"]
@@ -201,8 +202,23 @@ def test_grpo_on_a_pretrained_base_trains_the_adapter_and_keeps_the_one_before_a
         str(work / "grpo" / "adapter"), grpo_bank)                                         # what ships: after GRPO
     evals = [s for _, n, s in calls if n.startswith("eval-")]
     assert evals[0]["model"] == str(work / "sft-policy") and evals[1]["model"] == cfg.out
-    assert evals[0]["split"] == evals[1]["split"] == ["valid_unseen", "valid_seen"]
+    assert evals[0]["split"] == ["valid_unseen"] and evals[1]["split"] == ["valid_unseen", "valid_seen"]
+    assert evals[0]["bank_lag"] == evals[1]["bank_lag"] == cfg.eval_bank_lag
     assert evals[0]["bank"] == str(work / "sft-policy" / "bank.json") and evals[1]["bank"] == grpo_bank
+
+
+def test_grpo_can_play_fresh_games_that_no_sft_stage_saw(tmp_path, monkeypatch):
+    cfg = pipeline.PipelineConfig(work=str(tmp_path / "work"), teacher_out=str(tmp_path / "teacher"),
+                                  out=str(tmp_path / "policy"), stages=["grpo"], grpo_games=48, grpo_games_seed=77,
+                                  grpo_updates=7)
+    by_name = {name: s for _, name, s in run_recorded(cfg, monkeypatch)}
+    assert list(by_name) == ["generate-grpo.json", "grpo.json"]
+    gen = by_name["generate-grpo.json"]
+    assert (gen["split"], gen["count"], gen["seed"], gen["out"], gen["verify"]) == (
+        "train", 48, 77, pipeline.GRPO_GAMES, True)
+    assert by_name["grpo.json"]["games"] == f"{pipeline.GRPO_GAMES}/train"
+    cfg.grpo_games, cfg.work = 0, str(tmp_path / "w2")       # off: the SFT's own train games
+    assert [s["games"] for _, n, s in run_recorded(cfg, monkeypatch) if n == "grpo.json"] == ["data/alfworld/train"]
 
 
 def test_calls_stage_replays_train_games_with_optional_commits_and_continues_the_adapter(tmp_path, monkeypatch):
