@@ -25,9 +25,10 @@ test-fast: system-deps-test install
 	$(PY) -m pytest -q -p no:cacheprovider -m "not slow" $(PYTEST_ARGS)
 
 # reproduce models/default-policy end to end (generate -> teacher -> LM+SFT -> GRPO -> export -> evaluate);
-# finished stages are reused, FORCE=--force reruns them
+# finished stages are reused, FORCE=--force reruns them; POLICY_ARGS adds pipeline settings, e.g.
+# POLICY_ARGS="--grpo-updates 7 --grpo-games 64" (the GRPO stage, docs/training.md)
 policy: install
-	OMP_NUM_THREADS=1 $(PY) -m training.pipeline --out models/default-policy --work runs/policy $(FORCE)
+	OMP_NUM_THREADS=1 $(PY) -m training.pipeline --out models/default-policy --work runs/policy $(FORCE) $(POLICY_ARGS)
 
 model: install
 	$(PY) -m service.policy.bootstrap_model --out models/untrained-tiny

@@ -136,7 +136,8 @@ class PipelineConfig:
                 "updates (docs/training.md)"})
     grpo_games: int = field(default=0, metadata={
         "help": "fresh train-split games (seed grpo_games_seed, in data/alfworld-grpo, planner-checked) that the "
-                "GRPO rollouts play instead of the SFT's own train games; 0 = the SFT's train games"})
+                "GRPO rollouts play instead of the SFT's own train games; 0 = the SFT's train games (session 33: 64 "
+                "fresh games cut the calls as well, 3.89 -> 1.01, but won 107/134 against the start adapter's 119)"})
     grpo_games_seed: int = field(default=9009, metadata={"help": "generator seed of the GRPO games"})
     grpo_group: int = field(default=4, metadata={"help": "GRPO rollouts per game"})
     grpo_games_per_update: int = field(default=8, metadata={"help": "GRPO games per update"})
