@@ -12,7 +12,9 @@ Retries: connection errors, 503 and 504 are retried with exponential backoff. A 
 ``Idempotency-Key`` (generated once per call unless given) and every retry of that step REUSES it, so a step
 whose response was lost is answered from the service's stored response instead of running twice.
 
-429 (rate limited) is retried too, after the service's Retry-After.
+429 (rate limited) is retried too, after the service's Retry-After. So is 409 "Lease lost": the request outlived
+its lease (its replica stalled, e.g. on an overloaded host), the service fenced its write off and wrote nothing, so
+the retry (the same Idempotency-Key for a step) runs it afresh. Other 409s are raised: the session moved on.
 
 Errors are raised as :class:`ApiError` subclasses carrying the problem+json body: :class:`Unauthorized` (401),
 :class:`Forbidden` (403), :class:`RateLimited` (429), :class:`NotFound` (404),
@@ -36,6 +38,7 @@ __all__ = ["EvoHarnessClient", "AsyncEvoHarnessClient", "ApiError", "BadRequest"
            "Step", "Turn", "Usage", "RetryPolicy"]
 
 RETRY_STATUS = frozenset({429, 503, 504})   # none of them wrote anything
+LEASE_LOST = "Lease lost"                   # the 409 whose write was fenced off: nothing written either
 
 
 # ---- errors -------------------------------------------------------------------------------------------
@@ -197,11 +200,22 @@ def _headers(api_key: str | None, extra: dict | None) -> dict:
 
 
 def _retryable(resp: httpx.Response | None, exc: Exception | None, safe: bool) -> bool:
-    """503/504 wrote nothing, and a refused connection sent nothing: always retried. Other transport errors
-    (the request may have landed) only for `safe` calls: reads, deletes, and steps (their Idempotency-Key)."""
+    """429/503/504 and a 409 "Lease lost" wrote nothing, and a refused connection sent nothing: always retried.
+    Other transport errors (the request may have landed) only for `safe` calls: reads, deletes, and steps (their
+    Idempotency-Key)."""
     if exc is not None:
         return safe or isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
-    return resp is not None and resp.status_code in RETRY_STATUS
+    if resp is None:
+        return False
+    return resp.status_code in RETRY_STATUS or (resp.status_code == 409 and _title(resp) == LEASE_LOST)
+
+
+def _title(resp: httpx.Response) -> str | None:
+    try:
+        body = resp.json()
+    except ValueError:
+        return None
+    return body.get("title") if isinstance(body, dict) else None
 
 
 def _wait(retry: RetryPolicy, i: int, resp: httpx.Response | None) -> float:

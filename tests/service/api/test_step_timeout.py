@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from service.api.app import create_app
 from service.policy.engines.scripted import ScriptedEngine
 from tests.support import Client, make_settings
@@ -77,3 +79,37 @@ async def test_a_step_that_stalls_past_its_lease_is_fenced_off_and_its_retry_run
         eng.stall_s = 0.0
         r = await c.post(f"/v1/sessions/{sid}/step", json=STEP, headers={"Idempotency-Key": "k"})
         assert r.status_code == 200 and r.json()["version"] == 2, r.text
+
+
+async def test_the_client_retries_a_step_fenced_off_for_a_lost_lease_and_it_runs_once(redis_url):
+    """What a product agent sees when a replica stalls past the lease (seen under CPU overload): the SDK gets the 409
+    "Lease lost", retries with the same Idempotency-Key, and the step runs once; other 409s are still raised."""
+    import httpx
+
+    from service.client import AsyncEvoHarnessClient, Conflict, RetryPolicy
+
+    eng = Slow()
+    app = create_app(make_settings(redis_url, engine="scripted", step_lease_ms=300, lease_heartbeat_ms=100),
+                     engine=eng)
+    tries = []
+
+    class Once(httpx.ASGITransport):
+        async def handle_async_request(self, request):
+            resp = await super().handle_async_request(request)
+            if request.url.path.endswith("/step"):
+                tries.append((request.headers["Idempotency-Key"], resp.status_code))
+                eng.stall_s = 0.0                              # only the first try stalls
+            return resp
+
+    retry = RetryPolicy(attempts=3, backoff_s=0.01)
+    async with Client(app), AsyncEvoHarnessClient("http://evoharness", transport=Once(app=app), retry=retry) as evo:
+        sid = (await evo.create_session("t", harness_cap=0)).session_id
+        eng.stall_s = 0.6
+        step = await evo.step(sid, STEP["observation"], STEP["admissible_actions"])
+        assert step.action == "look" and step.version == 2
+        assert [code for _, code in tries] == [409, 200] and tries[0][0] == tries[1][0]
+        events = await evo.audit_all(sid)
+        assert [e["kind"] for e in events].count("observe") == 1 and events[-1]["version"] == 2
+        with pytest.raises(Conflict):                       # the session moved on: not retried
+            await evo.step(sid, STEP["observation"], STEP["admissible_actions"], if_match=0)
+        assert len(tries) == 3
