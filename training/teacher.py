@@ -70,6 +70,10 @@ class TeacherConfig:
     first_commit_share: float = field(default=1.0, metadata={
         "help": "share of the episodes whose first turn the inline teacher commits (drawn per game); at the others "
                 "the first think names the first subgoal. 1 = every episode"})
+    commit_episode_share: float = field(default=1.0, metadata={
+        "help": "share of the episodes rendered with commits (drawn once per game; commit_share and "
+                "first_commit_share apply inside them); the others commit nothing, so each episode keeps one style "
+                "from its first turn on. 1 = every episode"})
     recall_share: float = field(default=1.0, metadata={
         "help": "share of the episodes that recall on their first turn when the bank knows the goal object (drawn "
                 "per game); the others start without it. 1 = every such episode"})
@@ -179,14 +183,15 @@ def _play(env, game, plan: list[str] | None = None, act=None) -> dict:
 # -------------------------------------------------------------------------------------------- render
 def render_episode(traj: dict, mode: str, bank: dict, harness_cap: int = 3,
                    commit_share: float = 1.0, first_commit_share: float = 1.0,
-                   recall_share: float = 1.0) -> tuple[list[dict], dict]:
+                   recall_share: float = 1.0, commit_episode_share: float = 1.0) -> tuple[list[dict], dict]:
     """Replay one trajectory into a harness state of ``mode``; returns (samples, evidence)."""
     domain = get_domain("alfworld")
     task = traj["task_text"]
     state = new_state(task=task, domain="alfworld", mode=mode, bank="memory",
                       initial_belief=domain.initial_belief(task), harness_cap=harness_cap)
     state["belief"]["task_type"] = domain.task_type(task)
-    rules = RuleState.for_task(state, commit_share, traj["game"], first_commit_share, recall_share)
+    rules = RuleState.for_task(state, commit_share, traj["game"], first_commit_share, recall_share,
+                               commit_episode_share)
     entries, controls = bank["entries"], bank.get("controls")
     samples = []
 
@@ -224,12 +229,14 @@ def render_episode(traj: dict, mode: str, bank: dict, harness_cap: int = 3,
 
 def render_mode(trajs: list[dict], mode: str, window: int = 8, harness_cap: int = 3,
                 commit_share: float = 1.0, bank: dict | None = None,
-                first_commit_share: float = 1.0, recall_share: float = 1.0) -> tuple[list[dict], dict]:
+                first_commit_share: float = 1.0, recall_share: float = 1.0,
+                commit_episode_share: float = 1.0) -> tuple[list[dict], dict]:
     """Render all trajectories in order, consolidating the bank (``bank``, default empty) every ``window``
     episodes."""
     bank, pending, samples, stamp = bank or new_bank(), [], [], 0
     for traj in trajs:
-        rows, ev = render_episode(traj, mode, bank, harness_cap, commit_share, first_commit_share, recall_share)
+        rows, ev = render_episode(traj, mode, bank, harness_cap, commit_share, first_commit_share, recall_share,
+                                  commit_episode_share)
         samples += rows
         pending.append({**ev, "session_id": f"{stamp:04d}-{traj['game']}"})
         if len(pending) >= window:
@@ -315,7 +322,7 @@ def run(cfg: TeacherConfig) -> dict:
     for mode in MODES:
         start = json.loads(Path(cfg.initial_bank).read_text()) if cfg.initial_bank else None
         samples, bank = render_mode(kept, mode, cfg.window, cfg.harness_cap, cfg.commit_share, start,
-                                    cfg.first_commit_share, cfg.recall_share)
+                                    cfg.first_commit_share, cfg.recall_share, cfg.commit_episode_share)
         (out / f"{mode}.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
         stats["modes"][mode] = {**share_stats(samples), "bank_entries": len(bank["entries"])}
         if mode == "inline":

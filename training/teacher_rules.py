@@ -15,6 +15,8 @@ Rules (``inline`` mode only; at most the harness cap per step, checked by the ca
    the next environment turn's think names the new subgoal itself, so the data shows both ways to move on.
    ``first_commit_share`` does the same for the first turn's commit (at the others the first think names the first
    subgoal), so no commit is the only way to start.
+   ``commit_episode_share`` draws once per episode instead: that share commits as above, the others never commit,
+   so an episode's turns agree on one style (with or without commits) from its first turn on.
 3. ``track [obj]`` right before the expert walks to a receptacle where a goal object was seen (for a look task that
    holds its object: the lamp), when that sighting has left the state's history window of recent steps — the
    belief still knows it, and the answer sits next to the decision instead of far back in the transcript.
@@ -67,12 +69,18 @@ class RuleState:
 
     @classmethod
     def for_task(cls, state: dict, commit_share: float = 1.0, game: str = "",
-                 first_commit_share: float = 1.0, recall_share: float = 1.0) -> RuleState:
+                 first_commit_share: float = 1.0, recall_share: float = 1.0,
+                 commit_episode_share: float = 1.0) -> RuleState:
+        """``commit_episode_share`` below 1 draws the commit style once per game (rule 2): that share of the
+        episodes keeps the commit shares given, the others commit nothing (each think still names the subgoal)."""
         belief = state["belief"]
         goal = belief.get("goal") or {}
+        rng = random.Random(zlib.crc32(game.encode()))
+        if commit_episode_share < 1 and rng.random() >= commit_episode_share:
+            commit_share = first_commit_share = 0.0
         return cls(goal.get("object"), subgoals_for(goal, belief.get("task_type"), belief),
                    commit_share=commit_share, first_commit_share=first_commit_share, recall_share=recall_share,
-                   rng=random.Random(zlib.crc32(game.encode())))
+                   rng=rng)
 
     @property
     def current(self) -> str:

@@ -161,3 +161,25 @@ def test_recall_share_zero_starts_without_the_recall():
     assert [v for v, _ in calls(every)].count("recall") == 1
     assert "recall" not in [v for v, _ in calls(none)]
     assert [c for c in calls(none) if c[0] == "commit"] == [c for c in calls(every) if c[0] == "commit"]
+
+
+def test_commit_episode_share_gives_each_episode_one_style():
+    """commit_episode_share draws per game: an episode commits at every subgoal change (as the default teacher) or
+    never, and its environment turns are the same either way. Over many games both styles appear at about the share;
+    share 1 is the default data, unchanged."""
+    def styled(game: str, share: float):
+        traj = dict(trajectory(), game=game)
+        rows, _ = render_episode(traj, "inline", new_bank(), commit_episode_share=share)
+        return rows, [c for v, c in calls(rows) if v == "commit"]
+
+    every, every_commits = styled("g0", 1.0)
+    assert every == render_episode(trajectory(), "inline", new_bank())[0] and len(every_commits) == 2
+    styles = []
+    for i in range(40):
+        rows, commits = styled(f"g{i}", 0.5)
+        assert commits in ([], every_commits)
+        assert [r["completion"] for r in rows if r["kind"] == "env"] == \
+            [r["completion"] for r in every if r["kind"] == "env"]
+        styles.append(bool(commits))
+    assert 10 <= sum(styles) <= 30
+    assert [bool(styled(f"g{i}", 0.0)[1]) for i in range(10)] == [False] * 10
