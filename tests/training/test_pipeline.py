@@ -255,3 +255,20 @@ def test_calls_stage_replays_train_games_with_optional_commits_and_continues_the
     off = run_recorded(pipeline.PipelineConfig(work=str(tmp_path / "w2"), teacher_out=str(tmp_path / "teacher"),
                                                out=str(tmp_path / "p2"), stages=["calls", "export"]), monkeypatch)
     assert [name for _, name, _ in off] == ["export.json", "card.json"]
+
+
+def test_a_teacher_with_one_commit_style_per_episode_renders_into_its_own_folder(tmp_path, monkeypatch):
+    """teacher_commit_episode_share below 1 reaches every teacher shard, and the default teacher folder moves, so the
+    stage never skips because the shipped style's data is on disk; the SFT trains on that folder."""
+    cfg = pipeline.PipelineConfig(work=str(tmp_path / "work"), out=str(tmp_path / "policy"),
+                                  stages=["teacher", "sft"], teacher_commit_episode_share=0.5)
+    assert cfg.teacher_out == "data/teacher-styles0.5"
+    calls = run_recorded(cfg, monkeypatch)
+    teacher = [s for m, _, s in calls if m == "training.teacher"]
+    assert len(teacher) == cfg.teacher_shards + 1
+    assert all(t["commit_episode_share"] == 0.5 and t["out"] == cfg.teacher_out for t in teacher)
+    (sft,) = [s for m, _, s in calls if m == "training.sft"]
+    assert sft["data"] == cfg.teacher_out
+    shipped = pipeline.PipelineConfig(work=str(tmp_path / "w2"), teacher_out=str(tmp_path / "t"), stages=["teacher"])
+    assert all(t["commit_episode_share"] == 1.0 for m, _, t in run_recorded(shipped, monkeypatch)
+               if m == "training.teacher")
