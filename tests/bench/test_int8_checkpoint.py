@@ -6,7 +6,7 @@ import os
 import torch
 from safetensors.torch import load_file
 
-from bench.int8_checkpoint import LINEARS, main, quantize_channelwise
+from bench.int8_checkpoint import LINEARS, activation_dtype, main, quantize_channelwise
 
 
 def test_channelwise_quantization_error_is_within_half_a_step():
@@ -33,7 +33,8 @@ def test_the_tiny_model_converts_and_vllm_generates_from_it(tiny_model, tmp_path
     os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
     from vllm import LLM, SamplingParams
 
-    llm = LLM(str(out), dtype="float32", enforce_eager=True, max_model_len=256, kv_cache_memory_bytes=1 << 26)
+    assert cfg["torch_dtype"] == activation_dtype()
+    llm = LLM(str(out), dtype=activation_dtype(), enforce_eager=True, max_model_len=256, kv_cache_memory_bytes=1 << 26)
     try:
         assert type(llm.llm_engine.vllm_config.quant_config).__name__ == "CompressedTensorsConfig"
         gen = llm.generate(["<|im_start|>user\nhello<|im_end|>\n"], SamplingParams(max_tokens=8, temperature=0))
